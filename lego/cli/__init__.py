@@ -1,0 +1,1 @@
+"""The `lego` command line."""

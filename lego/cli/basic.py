@@ -1,0 +1,72 @@
+"""`lego version` and `lego config show`."""
+
+from __future__ import annotations
+
+import json
+import platform
+
+import click
+from pydantic import BaseModel
+
+from lego import __version__
+from lego.config import load_config
+
+
+@click.command()
+def version() -> None:
+    """Print lego's version, Python's and torch's."""
+    import torch
+
+    click.echo(f"lego {__version__} (python {platform.python_version()}, torch {torch.__version__})")
+
+
+@click.group("config")
+def config_group() -> None:
+    """Inspect configuration files."""
+
+
+@config_group.command("show")
+@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.option("-o", "--override", "overrides", multiple=True, metavar="KEY.SUB=VALUE",
+              help="Dotted override, repeatable, e.g. -o training.steps=3 -o algorithm.group_size=8.")
+@click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True)
+def config_show(config: str | None, overrides: tuple[str, ...], fmt: str) -> None:
+    """Print the merged configuration: CONFIG (default: the shipped embedded-default config)
+    with every default filled in and every -o override applied.
+
+    \b
+    Examples:
+      lego config show
+      lego config show my_run.toml -o training.steps=3 -o harness.name=mini-swe-agent
+    """
+    cfg = load_config(config, list(overrides))
+    click.echo(json.dumps(cfg.model_dump(mode="json"), indent=2) if fmt == "json" else to_toml(cfg), nl=False)
+
+
+def to_toml(model: BaseModel, prefix: str = "") -> str:
+    """Render a config model as TOML: scalars and plain mappings inline, sub-models as [tables]."""
+    lines: list[str] = []
+    tables: list[str] = []
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            dotted = f"{prefix}.{name}" if prefix else name
+            tables.append(f"[{dotted}]\n" + to_toml(value, dotted))
+        elif value is not None:
+            lines.append(f"{name} = {_toml_value(value)}")
+    body = "\n".join(lines) + ("\n" if lines else "")
+    return body + "".join(("\n" if body or i else "") + t for i, t in enumerate(tables))
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps(str(v))

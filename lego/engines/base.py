@@ -1,0 +1,42 @@
+"""The Engine seam: token ids in, sampled token ids and their logprobs out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from lego.types import Generation, RequestContext, SamplingParams
+
+__all__ = ["Engine"]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Serves a policy. ``generate`` is async and may be called many times concurrently.
+
+    ``policy_version`` increases by one each time new weights are loaded; every Generation records
+    the version that produced it.
+    """
+
+    policy_version: int
+    max_model_len: int
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+    ) -> Generation:
+        """Sample a continuation of ``prompt_ids``.
+
+        Raises ContextOverflowError if the prompt does not fit, EngineError on failure.
+        """
+        ...
+
+    async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
+        """Logprob of each token after its prompt (teacher forcing), at ``temperature``."""
+        ...
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> int:
+        """Load new policy weights; returns the new policy version."""
+        ...
+
+    async def close(self) -> None:
+        ...

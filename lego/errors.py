@@ -1,0 +1,103 @@
+"""The one exception hierarchy of lego.
+
+    LegoError                      base: every error lego raises on purpose
+    ├── ConfigError                a config file, override or CLI option is invalid (CLI exit 2)
+    ├── TaskError                  a task file or task record is malformed or its repo is missing
+    ├── ModelError                 a model directory cannot be loaded or built
+    ├── ChatFormatError            messages cannot be rendered with the chat template
+    ├── ContextOverflowError       a prompt (plus max_tokens) does not fit the model context
+    ├── EngineError                the engine failed to generate (retryable unless said otherwise)
+    │   └── EngineUnavailableError the engine cannot be reached / is shutting down
+    ├── SandboxError               a sandbox could not be created or a command could not run
+    ├── HarnessError               a harness could not be installed, prepared or launched
+    ├── GradingError               grading infrastructure failed (not the agent's patch)
+    ├── FidelityError              the rollout-train fidelity gate tripped
+    └── ResumeError                a run directory cannot be resumed with this config
+
+A user-facing message says what happened and what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChatFormatError",
+    "ConfigError",
+    "ContextOverflowError",
+    "EngineError",
+    "EngineUnavailableError",
+    "FidelityError",
+    "GradingError",
+    "HarnessError",
+    "LegoError",
+    "ModelError",
+    "ResumeError",
+    "SandboxError",
+    "TaskError",
+]
+
+
+class LegoError(Exception):
+    """Base class of every error lego raises on purpose."""
+
+
+class ConfigError(LegoError):
+    """A config file, dotted override or CLI option is invalid; the message names the field and the fix."""
+
+
+class TaskError(LegoError):
+    """A task file or task record is malformed, or the repository it needs is missing."""
+
+
+class ModelError(LegoError):
+    """A model directory cannot be loaded or built."""
+
+
+class ChatFormatError(LegoError):
+    """Messages or tools cannot be rendered with the model's chat template."""
+
+
+class ContextOverflowError(LegoError):
+    """The prompt plus the requested completion does not fit the model's context window.
+
+    Not retryable: the same request will overflow again. The proxy maps it to HTTP 400.
+    """
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, context_window: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.context_window = context_window
+        super().__init__(
+            f"prompt of {prompt_tokens} tokens leaves no room in the model's context window of "
+            f"{context_window} tokens (asked for up to {max_tokens} new tokens); shorten the "
+            "conversation or lower max_tokens"
+        )
+
+
+class EngineError(LegoError):
+    """The engine failed to produce a generation."""
+
+    retryable: bool = True
+
+
+class EngineUnavailableError(EngineError):
+    """The engine cannot be reached or is shutting down."""
+
+
+class SandboxError(LegoError):
+    """A sandbox could not be created, or a command could not be started in it."""
+
+
+class HarnessError(LegoError):
+    """A harness could not be installed, prepared or launched."""
+
+
+class GradingError(LegoError):
+    """Grading infrastructure failed; the agent's patch is not to blame."""
+
+
+class FidelityError(LegoError):
+    """The rollout-train probability correlation stayed below the configured floor."""
+
+
+class ResumeError(LegoError):
+    """A run directory cannot be resumed with the given config."""

@@ -1,0 +1,92 @@
+"""The seams between packages: one small Protocol each, no inheritance required.
+
+`proxies`, `harnesses` and `sandboxes` never import each other; they meet here. An implementation
+satisfies a Protocol by having the methods (checked with ``isinstance`` where it matters, since the
+Protocols are runtime-checkable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from lego.engines.base import Engine
+from lego.types import Endpoint, ExecResult, HarnessLimits, HarnessResult, Task
+
+__all__ = ["Engine", "Harness", "Sandbox", "TaskSource"]
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A fresh, isolated working copy of one task's repository.
+
+    ``root`` is the repo on the host; ``repo_dir`` is the same directory as seen by commands run
+    inside the sandbox. ``proxy_port`` is the loopback port inside the sandbox that reaches the
+    recording proxy (None when the sandbox was created without a proxy bridge).
+    """
+
+    root: Path
+    repo_dir: str
+    proxy_port: int | None
+
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (a shell string or an argv) inside; kill its whole process group on timeout."""
+        ...
+
+    def read(self, path: str) -> bytes:
+        """Read a file (path relative to ``repo_dir``, or absolute inside the sandbox)."""
+        ...
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write a file (path relative to ``repo_dir``, or absolute inside the sandbox)."""
+        ...
+
+    def diff(self) -> str:
+        """The agent's changes against the base commit, untracked files included, as a git patch."""
+        ...
+
+    def close(self) -> None:
+        """Kill everything still running and delete the sandbox."""
+        ...
+
+
+@runtime_checkable
+class Harness(Protocol):
+    """An unmodified agent harness, driven through configuration only."""
+
+    name: str
+
+    def version(self) -> str:
+        """The installed harness version (recorded on every trajectory)."""
+        ...
+
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
+        """Write env files / config files so the harness talks to ``endpoint``. Never patches the harness."""
+        ...
+
+    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
+        """Launch the harness's own CLI (or SDK entry point) on ``task`` inside ``sandbox``; block until it ends."""
+        ...
+
+
+@runtime_checkable
+class TaskSource(Protocol):
+    """Yields :class:`Task` records (SWE-bench JSONL shape)."""
+
+    name: str
+
+    def splits(self) -> list[str]:
+        ...
+
+    def tasks(self, split: str | None = None) -> Iterator[Task]:
+        ...
+
+    def get(self, instance_id: str) -> Task:
+        ...

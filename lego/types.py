@@ -1,0 +1,290 @@
+"""The shared vocabulary: records that cross the seams between proxy, engine, sandbox, harness,
+trainer and eval. Every record is a pydantic model and round-trips through JSON unchanged.
+
+Token-level records keep parallel lists (``response_ids[i]`` goes with ``response_mask[i]``,
+``response_logprobs[i]`` and ``response_versions[i]``); validators check the lengths agree.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "DiscardedGeneration",
+    "Endpoint",
+    "ExecResult",
+    "HarnessLimits",
+    "RequestContext",
+    "FinishReason",
+    "Generation",
+    "GradeResult",
+    "HarnessResult",
+    "SamplingParams",
+    "Segment",
+    "StepMetrics",
+    "Task",
+    "TerminationLabel",
+    "Trajectory",
+    "INFRA_LABELS",
+]
+
+TerminationLabel = Literal["completed", "overlong", "max_turns", "timeout", "harness_error", "env_error"]
+"""How a rollout ended. ``env_error`` and a ``harness_error`` not caused by the policy are
+infrastructure failures: masked out of the loss and counted, never scored as reward 0."""
+
+INFRA_LABELS: frozenset[str] = frozenset({"env_error", "harness_error"})
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class Task(BaseModel):
+    """One software-engineering task in SWE-bench's JSONL shape, plus how to build its environment.
+
+    The SWE-bench fields keep their upstream names (``FAIL_TO_PASS``/``PASS_TO_PASS`` are lists of
+    test ids; SWE-bench ships them as JSON-encoded strings, which are accepted and decoded).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    repo: str
+    base_commit: str = ""
+    problem_statement: str
+    patch: str = Field(description="The gold patch (source files only).")
+    test_patch: str = Field("", description="Hidden tests, applied only at grading time.")
+    FAIL_TO_PASS: list[str] = Field(default_factory=list)
+    PASS_TO_PASS: list[str] = Field(default_factory=list)
+    version: str = ""
+    environment_setup_commit: str = ""
+    hints_text: str = ""
+    created_at: str = ""
+    # How to build the environment (lego's additions; all optional).
+    repo_path: str | None = Field(None, description="Local directory holding the pristine repo at base_commit.")
+    image: str | None = Field(None, description="Container image for the docker backend.")
+    dockerfile: str | None = Field(None, description="Dockerfile text to build the image from.")
+    test_cmd: str = Field("python -m pytest", description="Command that runs tests; test ids are appended.")
+    split: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _decode_json_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return json.loads(v) if v.strip() else []
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"expected a list of test ids or a JSON-encoded list, got {v[:80]!r}") from exc
+        return v
+
+
+class SamplingParams(BaseModel):
+    """How the engine samples. ``top_k=0`` and ``top_p=1.0`` mean no truncation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, description="0 means greedy decoding.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="0 disables top-k truncation.")
+    max_tokens: int = Field(256, ge=1)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    seed: int | None = None
+
+
+class Generation(BaseModel):
+    """What the engine returns for one prompt: the sampled ids and each one's logprob.
+
+    ``logprobs[i]`` is log p(token_ids[i] | prefix) under the distribution the engine documents
+    (for lego's engines: softmax(logits / temperature) before any top-p / top-k truncation).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+    policy_version: int = 0
+    prompt_tokens: int = 0
+    engine_time_s: float = 0.0
+
+    @model_validator(mode="after")
+    def _lengths(self) -> Generation:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(f"{len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs")
+        return self
+
+
+class Segment(BaseModel):
+    """A token-exact slice of a conversation the trainer can optimise on.
+
+    ``prompt_ids`` is the context the first generation saw. ``response_ids`` holds everything after
+    it: sampled tokens (mask 1, with the engine's logprob and the policy version that sampled them)
+    and the tool results, observations and template tokens in between (mask 0, logprob and version
+    ``None``: no logprob is ever invented for a token the policy did not sample).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_ids: list[int]
+    response_ids: list[int] = Field(default_factory=list)
+    response_mask: list[int] = Field(default_factory=list)
+    response_logprobs: list[float | None] = Field(default_factory=list)
+    response_versions: list[int | None] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _parallel(self) -> Segment:
+        n = len(self.response_ids)
+        lens = (len(self.response_mask), len(self.response_logprobs), len(self.response_versions))
+        if any(x != n for x in lens):
+            raise ValueError(f"response lists disagree in length: ids={n}, mask/logprobs/versions={lens}")
+        for i, (m, lp) in enumerate(zip(self.response_mask, self.response_logprobs, strict=True)):
+            if m not in (0, 1):
+                raise ValueError(f"response_mask[{i}]={m}; must be 0 or 1")
+            if m == 1 and lp is None:
+                raise ValueError(f"response token {i} is marked sampled but has no logprob")
+        return self
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.response_mask)
+
+    @property
+    def input_ids(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+
+class DiscardedGeneration(BaseModel):
+    """A generation rolled back by an exact retry, kept for inspection (never trained on)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    policy_version: int
+    reason: str
+
+
+class GradeResult(BaseModel):
+    """The grader's verdict on one diff."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float
+    resolved: bool
+    tests: dict[str, str] = Field(default_factory=dict, description="test id -> passed|failed|error|skipped|missing")
+    excluded_files: list[str] = Field(default_factory=list, description="Files dropped from the graded diff.")
+    log: str = ""
+    duration_s: float = 0.0
+
+
+class HarnessResult(BaseModel):
+    """How a harness process ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int | None
+    reason: TerminationLabel
+    logs: str = Field("", description="A tail excerpt of the harness's stdout/stderr.")
+    wall_s: float = 0.0
+    turns: int = 0
+
+
+class Trajectory(BaseModel):
+    """One rollout: what the policy sampled (segments), how it ended, and how it was judged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectory_id: str
+    session_id: str
+    task_id: str = ""
+    harness: str = ""
+    harness_version: str = ""
+    policy: str = ""
+    segments: list[Segment] = Field(default_factory=list)
+    messages: list[dict[str, Any]] = Field(default_factory=list, description="Snapshot of the main thread.")
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    discarded: list[DiscardedGeneration] = Field(default_factory=list)
+    termination: TerminationLabel = "completed"
+    reward: float | None = None
+    grade: GradeResult | None = None
+    guard_flags: dict[str, bool] = Field(default_factory=dict)
+    counters: dict[str, float] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: float = Field(default_factory=time.time)
+
+    @property
+    def is_infra_failure(self) -> bool:
+        return self.termination in INFRA_LABELS and not self.metadata.get("policy_caused", False)
+
+    @property
+    def num_sampled_tokens(self) -> int:
+        return sum(s.num_sampled for s in self.segments)
+
+
+class StepMetrics(BaseModel):
+    """One line of ``metrics.jsonl``: a training (or validation) step's namespaced metrics."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    metrics: dict[str, float]
+    wall_s: float = 0.0
+    timestamp: float = Field(default_factory=time.time)
+
+
+class Endpoint(BaseModel):
+    """How a harness reaches its proxy session, as seen from where the harness runs.
+
+    ``base_url`` is the OpenAI-style base (ends in ``/v1``); Anthropic clients take
+    ``anthropic_base_url`` (no ``/v1``: the SDK appends it).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    anthropic_base_url: str
+    api_key: str = "lego-local"
+    model: str = "lego-policy"
+    session_id: str = "default"
+
+
+class RequestContext(BaseModel):
+    """What the proxy knows about a call besides the prompt ids; engines may ignore it.
+
+    The oracle engine reads ``tools`` (to find the harness's shell tool) and ``session_metadata``
+    (the task's gold patch, put there by whoever opened the session).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str = "default"
+    api: Literal["chat", "messages", "responses", "internal"] = "internal"
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    session_metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExecResult(BaseModel):
+    """The outcome of one command run in a sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    wall_s: float = 0.0
+
+
+class HarnessLimits(BaseModel):
+    """Limits one harness run must respect."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = 30
+    timeout_s: float = 600.0
