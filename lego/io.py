@@ -48,7 +48,7 @@ def append_jsonl(path: str | Path, obj: Any) -> None:
 
 def read_jsonl(path: str | Path) -> list[Any]:
     """Read JSON lines, dropping a torn final line."""
-    out = []
+    out: list[Any] = []
     p = Path(path)
     if not p.exists():
         return out

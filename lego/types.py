@@ -14,22 +14,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "INFRA_LABELS",
     "DiscardedGeneration",
     "Endpoint",
     "ExecResult",
-    "HarnessLimits",
-    "RequestContext",
     "FinishReason",
     "Generation",
     "GradeResult",
+    "HarnessLimits",
     "HarnessResult",
+    "RequestContext",
     "SamplingParams",
     "Segment",
     "StepMetrics",
     "Task",
     "TerminationLabel",
     "Trajectory",
-    "INFRA_LABELS",
 ]
 
 TerminationLabel = Literal["completed", "overlong", "max_turns", "timeout", "harness_error", "env_error"]

@@ -51,9 +51,19 @@ class LazyGroup(click.Group):
             try:
                 cmd = getattr(importlib.import_module(module_name), attr)
             except (ImportError, AttributeError) as exc:
-                raise click.ClickException(f"command {cmd_name!r} is unavailable: {exc}") from exc
+                return _unavailable(cmd_name, exc)
             return cmd  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
+
+
+def _unavailable(name: str, exc: Exception) -> click.Command:
+    """A placeholder listed in --help for a command whose module failed to import; using it says why."""
+    reason = f"{type(exc).__name__}: {exc}"
+
+    def fail() -> None:
+        raise click.ClickException(f"command {name!r} is unavailable ({reason}); run `lego doctor`")
+
+    return click.Command(name, callback=fail, help=f"(unavailable: {reason})", short_help="(unavailable)")
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
