@@ -1,0 +1,244 @@
+"""Policy-gradient losses as pure functions (verl core_algos style), registered by name.
+
+Every loss has the signature ``(old_logp, logp, adv, mask, cfg, **extras) -> (loss, metrics)``:
+
+    old_logp   (B, T)  log π_old of each response token (recomputed by the trainer, no grad)
+    logp       (B, T)  log πθ of the same tokens (with grad)
+    adv        (B,)    one advantage per row (a row is a segment)
+    mask       (B, T)  1 for sampled tokens, 0 for tool output, template tokens and padding
+    cfg        AlgorithmConfig
+
+How the per-token losses are averaged is a separate setting (``algorithm.aggregation``), applied
+through per-token weights (:func:`token_weights`). The trainer computes those weights once over the
+whole batch and passes them to every micro-batch, so summing micro-batch losses gives exactly the
+full-batch loss (gradient accumulation 1×8 == 8×1), and so that an *episode* — not a segment — is
+the unit: all segments of one trajectory share one ``episode_index``.
+
+Optional extras, each switched on by its own setting:
+
+- ``seq_log_ratio`` (B,): GSPO's Δ for each row's episode, precomputed (see :func:`episode_log_ratio`);
+  default: each row is its own sequence.
+- ``rollout_logp`` (B, T) with ``cfg.tis_cap``: truncated importance sampling (Yao et al. 2025,
+  "Your efficient RL framework secretly brings you off-policy RL training"): each token's loss is
+  multiplied by min(π_old/π_rollout, cap), correcting for the engine sampling from a slightly
+  different distribution than the trainer computes.
+- ``ref_logp`` (B, T) with ``cfg.kl_coef > 0``: the k3 estimator of KL(πθ‖π_ref) (Schulman 2020,
+  "Approximating KL divergence"), added as ``kl_coef · agg(k3)``.
+
+The returned ``metrics`` are plain floats averaged over this call's mask-1 tokens, plus
+``actor/tokens`` so a caller can combine micro-batches token-weighted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from lego.config import AlgorithmConfig
+
+__all__ = [
+    "POLICY_LOSSES",
+    "PolicyLoss",
+    "episode_log_ratio",
+    "get_policy_loss",
+    "gspo_policy_loss",
+    "k3_kl",
+    "policy_loss_for",
+    "token_policy_loss",
+    "token_weights",
+]
+
+_LOG_RATIO_CLAMP = 20.0  # exp(±20) keeps a wildly off-policy token finite; no effect on-policy
+
+
+class PolicyLoss(Protocol):
+    def __call__(
+        self,
+        old_logp: torch.Tensor,
+        logp: torch.Tensor,
+        adv: torch.Tensor,
+        mask: torch.Tensor,
+        cfg: AlgorithmConfig,
+        **extras: Any,
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+def token_weights(mask: torch.Tensor, aggregation: str, episode_index: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token weights w (B, T) such that the aggregated loss is Σ w·ℓ.
+
+    With ``e(b)`` the episode of row b (default: each row its own episode), Nₑ the mask-1 tokens of
+    episode e over all its rows, E the number of episodes with at least one such token:
+
+    - ``seq-mean-token-mean`` (GSPO, Dr.GRPO's "seq-mean"):  w = m / (Nₑ · E)
+    - ``seq-mean-token-sum``:                               w = m / E
+    - ``token-mean`` (DAPO):                                w = m / Σ m
+
+    Because Nₑ counts the tokens of all of an episode's segments, a trajectory split over several
+    segments weighs exactly what one segment holding the same tokens would.
+    """
+    m = mask.to(torch.float64)
+    b = m.shape[0]
+    idx = torch.arange(b, device=mask.device) if episode_index is None else episode_index.to(mask.device).long()
+    per_row = m.sum(-1)  # (B,)
+    n_ep = torch.zeros(int(idx.max().item()) + 1 if b else 0, dtype=torch.float64, device=mask.device)
+    n_ep.index_add_(0, idx, per_row)
+    num_episodes = float((n_ep > 0).sum().item())
+    if num_episodes == 0:
+        return torch.zeros_like(mask, dtype=torch.float32)
+    if aggregation == "seq-mean-token-mean":
+        w = m / n_ep[idx].clamp(min=1.0)[:, None] / num_episodes
+    elif aggregation == "seq-mean-token-sum":
+        w = m / num_episodes
+    elif aggregation == "token-mean":
+        w = m / m.sum()
+    else:
+        raise ValueError(
+            f"unknown aggregation {aggregation!r}; use seq-mean-token-mean, seq-mean-token-sum or token-mean"
+        )
+    return w.to(torch.float32)
+
+
+def episode_log_ratio(
+    old_logp: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor, episode_index: torch.Tensor | None = None
+) -> torch.Tensor:
+    """GSPO's Δ per row, pooled over the row's episode, detached: (B,).
+
+    Δₑ = Σ_{rows of e} Σₜ mₜ (log πθₜ − log π_oldₜ) / Σ_{rows of e} Σₜ mₜ, so log sᵢ = Δ is the
+    log of the length-normalised sequence likelihood ratio (πθ(yᵢ)/π_old(yᵢ))^(1/|yᵢ|).
+    """
+    m = mask.to(torch.float64)
+    diff = ((logp.detach().double() - old_logp.double()) * m).sum(-1)
+    if episode_index is None:
+        return (diff / m.sum(-1).clamp(min=1.0)).to(logp.dtype)
+    idx = episode_index.to(mask.device).long()
+    size = int(idx.max().item()) + 1
+    num = torch.zeros(size, dtype=torch.float64, device=mask.device).index_add_(0, idx, diff)
+    den = torch.zeros(size, dtype=torch.float64, device=mask.device).index_add_(0, idx, m.sum(-1))
+    return (num / den.clamp(min=1.0))[idx].to(logp.dtype)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 = exp(r) − r − 1 with r = log π_ref − log πθ: unbiased, non-negative estimate of KL(πθ‖π_ref)."""
+    r = (ref_logp - logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    return torch.exp(r) - r - 1.0
+
+
+def _clipped_objective(
+    log_ratio: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: AlgorithmConfig,
+    old_logp: torch.Tensor,
+    logp: torch.Tensor,
+    extras: dict[str, Any],
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """max(−A·s, −A·clip(s, 1−ε_low, 1+ε_high)) per token, then TIS, aggregation and KL."""
+    a = adv[:, None] if adv.dim() == 1 else adv
+    ratio = torch.exp(log_ratio.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))  # (B, T)
+    loss1 = -a * ratio
+    loss2 = -a * ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+    per_token = torch.maximum(loss1, loss2)  # (B, T)
+    m = mask.to(per_token.dtype)
+    n = m.sum().clamp(min=1.0)
+    metrics: dict[str, float] = {}
+
+    rollout_logp = extras.get("rollout_logp")
+    if cfg.tis_cap is not None and rollout_logp is not None:
+        raw = torch.exp((old_logp - rollout_logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)) * m
+        tis = raw.clamp(max=cfg.tis_cap).detach()
+        per_token = per_token * tis
+        metrics["actor/tis_weight_mean"] = float((tis * m).sum() / n)
+        metrics["actor/tis_clipfrac"] = float(((raw > cfg.tis_cap).to(m.dtype) * m).sum() / n)
+
+    w = extras.get("token_weight")
+    if w is None:
+        w = token_weights(mask, cfg.aggregation)
+    w = w.to(per_token.dtype)
+    pg_loss = (per_token * w).sum()
+    loss = pg_loss
+
+    ref_logp = extras.get("ref_logp")
+    if cfg.kl_coef > 0 and ref_logp is not None:
+        kl = k3_kl(logp, ref_logp)
+        kl_loss = (kl * w).sum()
+        loss = loss + cfg.kl_coef * kl_loss
+        metrics["actor/kl_loss"] = float(kl_loss.detach())
+        metrics["actor/ref_kl"] = float((kl.detach() * m).sum() / n)
+
+    with torch.no_grad():
+        clipped = (loss2 > loss1).to(m.dtype) * m
+        rm = ratio.detach()
+        metrics.update(
+            {
+                "actor/pg_loss": float(pg_loss.detach()),
+                "actor/pg_clipfrac": float(clipped.sum() / n),
+                "actor/ppo_kl": float(((old_logp - logp.detach()) * m).sum() / n),
+                "actor/ratio_mean": float((rm * m).sum() / n),
+                "actor/ratio_max": float(rm.masked_fill(m == 0, float("-inf")).max()) if m.any() else 1.0,
+                "actor/ratio_min": float(rm.masked_fill(m == 0, float("inf")).min()) if m.any() else 1.0,
+                "actor/tokens": float(m.sum()),
+            }
+        )
+    return loss, metrics
+
+
+def gspo_policy_loss(
+    old_logp: torch.Tensor,
+    logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: AlgorithmConfig,
+    **extras: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO (Zheng et al. 2025, arXiv:2507.18071), token form of the sequence-level ratio.
+
+    Δᵢ = Σₜ mₜ (log πθₜ − log π_oldₜ) / Σₜ mₜ                      (``seq_log_ratio``, or per row)
+    log sᵢₜ = sg[Δᵢ] + log πθₜ − sg[log πθₜ]                        (value exp(Δᵢ), grad sᵢ·∇log πθₜ)
+    ℓᵢₜ = max(−Aᵢ sᵢₜ, −Aᵢ clip(sᵢₜ, 1 − ε_low, 1 + ε_high))      (ε = 3e-4 / 4e-4 in the paper)
+
+    Every token of a sequence shares one ratio, so the sequence is clipped as a whole; with
+    ``seq-mean-token-mean`` aggregation the gradient equals the paper's sequence-level GSPO gradient.
+    """
+    seq = extras.get("seq_log_ratio")
+    delta = episode_log_ratio(old_logp, logp, mask) if seq is None else seq.detach()
+    log_ratio = delta[:, None].to(logp.dtype) + logp - logp.detach()
+    return _clipped_objective(log_ratio, adv, mask, cfg, old_logp, logp, extras)
+
+
+def token_policy_loss(
+    old_logp: torch.Tensor,
+    logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: AlgorithmConfig,
+    **extras: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip with a per-token ratio (Schulman et al. 2017, arXiv:1707.06347; GRPO's objective).
+
+    sᵢₜ = exp(log πθₜ − log π_oldₜ);  ℓᵢₜ = max(−Aᵢ sᵢₜ, −Aᵢ clip(sᵢₜ, 1 − ε_low, 1 + ε_high))
+    (ε = 0.2 / 0.28 with DAPO's clip-higher).
+    """
+    return _clipped_objective(logp - old_logp, adv, mask, cfg, old_logp, logp, extras)
+
+
+POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] = {
+    "gspo": gspo_policy_loss,
+    "ppo": token_policy_loss,
+}
+"""Losses by name: ``gspo`` (sequence-level ratio), ``ppo`` (token-level ratio)."""
+
+_BY_RATIO_LEVEL = {"sequence": "gspo", "token": "ppo"}
+
+
+def get_policy_loss(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, float]]]:
+    """The loss registered as ``name``; an unknown name lists the valid ones."""
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy loss {name!r}; valid names: {', '.join(sorted(POLICY_LOSSES))}")
+    return POLICY_LOSSES[name]
+
+
+def policy_loss_for(cfg: AlgorithmConfig) -> Callable[..., tuple[torch.Tensor, dict[str, float]]]:
+    """The loss that ``algorithm.ratio_level`` selects (sequence -> gspo, token -> ppo)."""
+    return get_policy_loss(_BY_RATIO_LEVEL[cfg.ratio_level])
