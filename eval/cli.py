@@ -1,0 +1,214 @@
+"""`lego eval`: run the policy x harness matrix, and `lego eval report DIR` to re-render one.
+
+How the pieces meet: the CLI turns options into an :class:`EvalSpec`, loads the tasks, asks a
+*sample-function factory* for ``run_sample`` and hands both to :func:`eval.runner.run_eval`.
+The factory (``--sample-fn MODULE:ATTR``, default :data:`DEFAULT_SAMPLE_FN`) has the signature
+:class:`eval.runner.SampleFnFactory`: ``factory(spec, tasks, out_dir) -> run_sample``; it is where
+engines, proxy sessions, sandboxes and harnesses are built (``lego.rollout`` in production).
+
+Policy names: ``--policy NAME=MODEL`` (a model dir, a checkpoint dir, or ``default``); a bare
+``--policy oracle`` is the reserved oracle policy (plays gold patches). Bases: ``--base
+TRAINED=BASE`` pairs a trained policy with its base for the delta and p-value; without ``--base``, a
+policy named ``base`` is the base of every policy whose checkpoint has ``lego_meta.json`` with a
+``trained_harness`` (see :mod:`eval.matrix`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import click
+
+from eval.report import markdown, render, render_dir
+from eval.results import EvalSpec, PolicySpec, read_checkpoint_meta
+from eval.runner import SampleFnFactory, run_eval
+from lego.errors import ConfigError
+from lego.registry import Registry
+from lego.types import Task
+
+__all__ = ["DEFAULT_SAMPLE_FN", "TASK_SOURCES", "eval_group", "load_tasks", "parse_policies"]
+
+DEFAULT_SAMPLE_FN = "lego.rollout:eval_sample_fn"
+
+TASK_SOURCES = Registry("task source", {})
+"""Named task sources (``--tasks NAME[:split]``); each entry's target is a zero-argument callable
+returning a :class:`lego.seams.TaskSource`. A SWE-bench JSONL path and ``module:attr`` also work."""
+
+
+def parse_policies(values: tuple[str, ...], bases: tuple[str, ...]) -> list[PolicySpec]:
+    """``NAME=MODEL`` options (and ``TRAINED=BASE`` pairs) -> policy specs, metadata read from checkpoints."""
+    specs: list[PolicySpec] = []
+    for v in values:
+        name, sep, model = v.partition("=")
+        if not sep:
+            name, model = (v, v) if v == "oracle" else (Path(v).name or v, v)
+        if not name or not model:
+            raise ConfigError(f"--policy {v!r}: expected NAME=MODEL_OR_CHECKPOINT, e.g. --policy base=Qwen/Qwen3-0.6B")
+        if any(p.name == name for p in specs):
+            raise ConfigError(f"--policy name {name!r} given twice; names must be unique")
+        meta = read_checkpoint_meta(model) if model != "oracle" else None
+        specs.append(PolicySpec(name=name, model=model, trained_harness=meta.trained_harness if meta else None))
+    names = [p.name for p in specs]
+    for b in bases:
+        trained, sep, base = b.partition("=")
+        if not sep or trained not in names or base not in names or trained == base:
+            raise ConfigError(
+                f"--base {b!r}: expected TRAINED=BASE naming two different --policy names ({', '.join(names)})"
+            )
+        specs[names.index(trained)].base = base
+    return specs
+
+
+def _split_source(arg: str) -> tuple[str, str | None]:
+    """``SOURCE[:split]``: the split is split off only when what remains names a source."""
+    if Path(arg).is_file():
+        return arg, None
+    left, sep, right = arg.rpartition(":")
+    if sep and (Path(left).is_file() or left in TASK_SOURCES.names() or ":" in left):
+        return left, right or None
+    return arg, None
+
+
+def load_tasks(arg: str, limit: int | None = None) -> list[Task]:
+    """Tasks from ``SOURCE[:split]``: a SWE-bench JSONL file (split filters on the ``split`` field),
+    a registered source name, or ``module:attr`` of a TaskSource factory. First ``limit`` tasks."""
+    source, split = _split_source(arg)
+    if Path(source).is_file():
+        tasks = []
+        for n, line in enumerate(Path(source).read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    tasks.append(Task.model_validate_json(line))
+                except ValueError as exc:
+                    raise ConfigError(f"{source}:{n} is not a task record: {exc}") from exc
+        tasks = [t for t in tasks if split is None or t.split == split]
+    elif source in TASK_SOURCES.names() or ":" in source:
+        tasks = list(TASK_SOURCES.resolve(source)().tasks(split))
+    else:
+        raise ConfigError(
+            f"--tasks {arg!r}: no such file or task source; give a SWE-bench JSONL file, "
+            f"one of {TASK_SOURCES.names() or '(none registered)'}, or module:attr of a TaskSource factory"
+        )
+    if not tasks:
+        raise ConfigError(f"--tasks {arg!r} holds no tasks" + (f" in split {split!r}" if split else ""))
+    return tasks[:limit] if limit else tasks
+
+
+def _load_factory(target: str) -> SampleFnFactory:
+    module_name, sep, attr = target.partition(":")
+    if not sep:
+        raise ConfigError(f"--sample-fn {target!r}: expected MODULE:ATTR")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"--sample-fn {target!r} cannot be loaded ({exc}); the rollout that runs eval samples lives there"
+        ) from exc
+    return factory  # type: ignore[no-any-return]
+
+
+@click.group("eval", invoke_without_command=True)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    metavar="NAME=MODEL",
+    help="A policy to evaluate (repeatable); 'oracle' is reserved.",
+)
+@click.option(
+    "--base", "bases", multiple=True, metavar="TRAINED=BASE", help="Compare TRAINED against BASE (delta, p-value)."
+)
+@click.option("--harness", "harnesses", multiple=True, metavar="NAME", help="A harness to evaluate in (repeatable).")
+@click.option("--tasks", "tasks_arg", default="builtin:heldout", show_default=True, metavar="SOURCE[:split]")
+@click.option(
+    "--samples", type=click.IntRange(min=1), default=2, show_default=True, help="N samples per task and cell."
+)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Use the first N_TASKS tasks.")
+@click.option("--engine", type=click.Choice(["transformers", "vllm"]), default="transformers", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="runs/eval", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Base seed; every sample's seed derives from it.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="Samples in flight.")
+@click.option("--infra-retries", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--bootstrap", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
+@click.option(
+    "--sample-fn",
+    default=DEFAULT_SAMPLE_FN,
+    show_default=True,
+    metavar="MODULE:ATTR",
+    help="Factory (spec, tasks, out_dir) -> run_sample that performs one rollout.",
+)
+@click.pass_context
+def eval_group(
+    ctx: click.Context,
+    policies: tuple[str, ...],
+    bases: tuple[str, ...],
+    harnesses: tuple[str, ...],
+    tasks_arg: str,
+    samples: int,
+    limit: int | None,
+    engine: str,
+    out_dir: str,
+    seed: int,
+    concurrency: int,
+    infra_retries: int,
+    bootstrap: int,
+    sample_fn: str,
+) -> None:
+    """Evaluate policies x harnesses over tasks: pass@1 with 95% CIs, pass@k, deltas vs base, transfer.
+
+    \b
+    Resumable: rerun the same command to finish a killed eval (finished samples are kept).
+    Examples:
+      lego eval --policy oracle --policy tiny=default --harness lego-agent --harness aider --samples 2
+      lego eval --policy base=Qwen/Qwen3-0.6B --policy rl=runs/x/checkpoints/step_0100 --harness lego-agent
+      lego eval report runs/eval
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if not policies or not harnesses:
+        raise click.UsageError(
+            "give at least one --policy NAME=MODEL and one --harness NAME (or: lego eval report DIR)"
+        )
+    if len(set(harnesses)) != len(harnesses):
+        raise ConfigError(f"--harness given twice: {list(harnesses)}")
+    tasks = load_tasks(tasks_arg, limit)
+    spec = EvalSpec(
+        policies=parse_policies(policies, bases),
+        harnesses=list(harnesses),
+        task_ids=[t.instance_id for t in tasks],
+        samples=samples,
+        seed=seed,
+        tasks_source=tasks_arg,
+        engine=engine,
+        bootstrap=bootstrap,
+    )
+    run_sample = _load_factory(sample_fn)(spec, {t.instance_id: t for t in tasks}, Path(out_dir))
+    total = len(spec.keys())
+    count = [0]
+
+    def progress(result: object) -> None:
+        count[0] += 1
+        if count[0] % max(1, total // 20) == 0:
+            click.echo(f"  {count[0]} new samples done", err=True)
+
+    click.echo(
+        f"eval: {len(spec.policies)} policies x {len(spec.harnesses)} harnesses x {len(tasks)} tasks "
+        f"x {samples} samples = {total} samples -> {out_dir}",
+        err=True,
+    )
+    results = run_eval(
+        spec, run_sample, out_dir, concurrency=concurrency, infra_retries=infra_retries, on_sample=progress
+    )
+    html = render(results, out_dir)
+    click.echo(markdown(results))
+    click.echo(f"report: {html}", err=True)
+
+
+@eval_group.command("report")
+@click.argument("eval_dir", type=click.Path(exists=True, file_okay=False))
+def report_command(eval_dir: str) -> None:
+    """Re-render an eval directory (CSV, Markdown, heatmaps, HTML) from its per-sample JSON."""
+    html = render_dir(eval_dir)
+    click.echo((Path(eval_dir) / "report.md").read_text(encoding="utf-8"))
+    click.echo(f"report: {html}", err=True)
