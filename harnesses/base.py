@@ -1,0 +1,157 @@
+"""The harness registry and what every adapter shares: launching the harness in the sandbox and
+turning how it ended into a :class:`~lego.types.HarnessResult`.
+
+An adapter implements :class:`lego.seams.Harness` (``name``, ``version()``, ``prepare``, ``run``).
+It only writes environment variables and config files and launches the harness's own CLI or SDK
+entry point inside the sandbox; it never patches the harness. Installs live under
+``lego.paths.data_dir()/harnesses/<name>/`` (see :mod:`harnesses.install`), which the sandbox
+binds read-only at the same path.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from harnesses.install import InstallSpec, installed_version
+from lego.errors import HarnessError
+from lego.registry import Registry
+from lego.seams import Harness, Sandbox
+from lego.types import ExecResult, HarnessResult, TerminationLabel
+
+__all__ = [
+    "HARNESSES",
+    "LOG_TAIL_CHARS",
+    "InstalledHarness",
+    "get_harness",
+    "json_lines",
+    "log_tail",
+    "result_from_exec",
+    "sandbox_home",
+]
+
+HARNESSES = Registry(
+    "harness",
+    {
+        "lego-agent": "harnesses.lego_agent_adapter:LegoAgentHarness",
+        "mini-swe-agent": "harnesses.mini_swe_agent:MiniSweAgentHarness",
+        "aider": "harnesses.aider:AiderHarness",
+        "openhands": "harnesses.openhands:OpenHandsHarness",
+        "opencode": "harnesses.opencode:OpenCodeHarness",
+        "claude-code": "harnesses.claude_code:ClaudeCodeHarness",
+        "codex": "harnesses.codex:CodexHarness",
+    },
+)
+"""Harness name -> adapter class. A ``module:Class`` path works too."""
+
+LOG_TAIL_CHARS = 6000
+
+
+def get_harness(name: str) -> Harness:
+    """Build the adapter registered as ``name`` (or a ``module:Class`` path)."""
+    harness = HARNESSES.resolve(name)()
+    if not isinstance(harness, Harness):
+        raise HarnessError(f"{name!r} does not implement the Harness protocol (name, version, prepare, run)")
+    return harness
+
+
+def log_tail(result: ExecResult, limit: int = LOG_TAIL_CHARS) -> str:
+    """The last ``limit`` characters of a run's stdout and stderr, labelled."""
+    text = f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
+
+def result_from_exec(
+    result: ExecResult, extra_codes: Mapping[int, TerminationLabel] | None = None, turns: int = 0
+) -> HarnessResult:
+    """Map a harness process's end onto a termination label.
+
+    Timeout -> ``timeout``; exit 0 -> ``completed``; a code the adapter knows (``extra_codes``,
+    e.g. lego-agent's "turn limit reached") -> that label; any other non-zero exit or a crash ->
+    ``harness_error`` with the log excerpt.
+    """
+    if result.timed_out:
+        reason: TerminationLabel = "timeout"
+    elif result.exit_code == 0:
+        reason = "completed"
+    else:
+        reason = (extra_codes or {}).get(result.exit_code, "harness_error")
+    return HarnessResult(
+        exit_code=None if result.timed_out else result.exit_code,
+        reason=reason,
+        logs=log_tail(result),
+        wall_s=result.wall_s,
+        turns=turns,
+    )
+
+
+def sandbox_home(sandbox: Sandbox) -> str:
+    """``$HOME`` as seen inside the sandbox (private per sandbox), where config files go."""
+    res = sandbox.exec(["sh", "-c", 'printf %s "$HOME"'], timeout=30)
+    home = res.stdout.strip()
+    if res.exit_code != 0 or not home.startswith("/"):
+        raise HarnessError(f"cannot read $HOME inside the sandbox (exit {res.exit_code}): {res.stderr[-500:]}")
+    return home
+
+
+class InstalledHarness:
+    """Shared plumbing for adapters of harnesses installed under the lego data dir.
+
+    Subclasses set ``name`` and ``install_spec`` and implement ``prepare`` / ``run``. ``env`` holds
+    the variables ``prepare`` computed; ``run`` passes them to the harness process.
+    """
+
+    name: ClassVar[str]
+    install_spec: ClassVar[InstallSpec]
+
+    def __init__(self) -> None:
+        self.env: dict[str, str] = {}
+        self.home: str = ""
+
+    def version(self) -> str:
+        return installed_version(self.name)
+
+    @property
+    def install_dir(self) -> Path:
+        return self.install_spec.install_dir(self.name)
+
+    def executable(self) -> str:
+        """Absolute path of the harness entry point (same path inside the sandbox: read-only bind)."""
+        path = self.install_spec.executable_path(self.name)
+        if not path.exists():
+            raise HarnessError(f"{self.name} is not installed ({path} missing); run `lego harness install {self.name}`")
+        return str(path)
+
+    def write_file(self, sandbox: Sandbox, path: str, text: str) -> None:
+        """Write a config file inside the sandbox (an absolute path there, outside the repo)."""
+        parent = str(Path(path).parent)
+        res = sandbox.exec(["mkdir", "-p", parent], timeout=30)
+        if res.exit_code != 0:
+            raise HarnessError(f"cannot create {parent} in the sandbox: {res.stderr[-500:]}")
+        sandbox.write(path, text.encode())
+
+    def launch(
+        self, sandbox: Sandbox, argv: Sequence[str], timeout: float, extra_env: Mapping[str, str] | None = None
+    ) -> ExecResult:
+        """Run the harness inside the sandbox from the repo directory, stdin closed."""
+        env = {**self.env, **(extra_env or {})}
+        cmd = " ".join(shlex.quote(a) for a in argv) + " < /dev/null"
+        return sandbox.exec(["bash", "-c", cmd], env=env, timeout=timeout, cwd=sandbox.repo_dir)
+
+
+def json_lines(text: str) -> list[dict[str, object]]:
+    """Parse the JSON objects in a JSON-lines stream (harness event logs), skipping other lines."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out

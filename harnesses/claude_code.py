@@ -1,0 +1,71 @@
+"""Adapter for Claude Code (npm ``@anthropic-ai/claude-code``), run as ``claude -p`` headless.
+
+Claude Code speaks the Anthropic Messages API (streaming) with its own tools (Bash, Read, Edit,
+Write, Grep, Glob, Task, ...) as ``tool_use`` blocks. It is pointed at the proxy by
+``ANTHROPIC_BASE_URL`` (no ``/v1``: the client appends it) with a dummy key; every model alias
+(main, the small/fast model used for titles and summaries, subagents) is the policy's name;
+nonessential traffic, telemetry and the auto-updater are off; its config lives in a scratch
+``CLAUDE_CONFIG_DIR`` in the sandbox's private home. ``IS_SANDBOX=1`` lets
+``--dangerously-skip-permissions`` run as root, which is right because our sandbox isolates it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
+from harnesses.install import InstallSpec
+from lego.seams import Sandbox
+from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
+
+__all__ = ["ClaudeCodeHarness"]
+
+
+class ClaudeCodeHarness(InstalledHarness):
+    name: ClassVar[str] = "claude-code"
+    install_spec: ClassVar[InstallSpec] = InstallSpec(
+        kind="npm", package="@anthropic-ai/claude-code", version="2.1.332", executable="npm/node_modules/.bin/claude"
+    )
+
+    def environment(self, endpoint: Endpoint, home: str) -> dict[str, str]:
+        model = endpoint.model
+        return {
+            "HOME": home,
+            "CLAUDE_CONFIG_DIR": f"{home}/.claude",
+            "ANTHROPIC_BASE_URL": endpoint.anthropic_base_url,
+            "ANTHROPIC_API_KEY": endpoint.api_key,
+            "ANTHROPIC_MODEL": model,
+            "ANTHROPIC_SMALL_FAST_MODEL": model,
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+            "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
+            "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
+            "CLAUDE_CODE_SUBAGENT_MODEL": model,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "IS_SANDBOX": "1",
+            "NO_COLOR": "1",
+        }
+
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
+        self.home = sandbox_home(sandbox)
+        self.env = self.environment(endpoint, self.home)
+
+    def arguments(self, task: Task, endpoint: Endpoint) -> list[str]:
+        return [
+            "-p",
+            task.problem_statement,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions",
+            "--model",
+            endpoint.model,
+        ]
+
+    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
+        if not self.home:
+            self.prepare(sandbox, endpoint)
+        res = self.launch(sandbox, [self.executable(), *self.arguments(task, endpoint)], limits.timeout_s)
+        return result_from_exec(res)

@@ -1,0 +1,7 @@
+"""``python -m harnesses.lego_agent``: run the reference agent."""
+
+import sys
+
+from harnesses.lego_agent.agent import main
+
+sys.exit(main())

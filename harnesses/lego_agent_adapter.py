@@ -1,0 +1,73 @@
+"""Adapter for the built-in reference agent (``harnesses/lego_agent/agent.py``).
+
+The agent is one stdlib-only script, so nothing is installed: ``prepare`` copies it into the
+sandbox's private home and ``run`` starts it with the sandbox's ``python3``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from harnesses.base import json_lines, result_from_exec, sandbox_home
+from harnesses.lego_agent import AGENT_FILE
+from harnesses.lego_agent.agent import EXIT_MAX_TURNS, EXIT_OVERLONG, FORMAT_VERSION
+from lego import __version__ as lego_version
+from lego.seams import Sandbox
+from lego.types import Endpoint, HarnessLimits, HarnessResult, Task, TerminationLabel
+
+__all__ = ["LegoAgentHarness"]
+
+
+class LegoAgentHarness:
+    """Runs ``python3 agent.py --base-url <session URL> --problem <statement>`` in the repo."""
+
+    name: ClassVar[str] = "lego-agent"
+    EXIT_LABELS: ClassVar[dict[int, TerminationLabel]] = {EXIT_MAX_TURNS: "max_turns", EXIT_OVERLONG: "overlong"}
+
+    def __init__(self, python: str = "python3", temperature: float = 1.0, max_tokens: int = 1024) -> None:
+        self.python = python
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.agent_path = ""
+
+    def version(self) -> str:
+        return f"{lego_version}+format{FORMAT_VERSION}"
+
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
+        self.agent_path = f"{sandbox_home(sandbox)}/.lego-agent/agent.py"
+        sandbox.exec(["mkdir", "-p", self.agent_path.rsplit("/", 1)[0]], timeout=30)
+        sandbox.write(self.agent_path, AGENT_FILE.read_bytes())
+
+    def command(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> list[str]:
+        """The agent's argv (the problem statement travels as an argument, so no file lands in the repo)."""
+        return [
+            self.python,
+            self.agent_path,
+            "--base-url",
+            endpoint.base_url,
+            "--model",
+            endpoint.model,
+            "--api-key",
+            endpoint.api_key,
+            "--problem",
+            task.problem_statement,
+            "--repo",
+            sandbox.repo_dir,
+            "--max-turns",
+            str(limits.max_turns),
+            "--temperature",
+            str(self.temperature),
+            "--max-tokens",
+            str(self.max_tokens),
+            "--request-timeout",
+            str(max(30.0, limits.timeout_s)),
+        ]
+
+    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
+        if not self.agent_path:
+            self.prepare(sandbox, endpoint)
+        argv = self.command(task, sandbox, endpoint, limits)
+        res = sandbox.exec(argv, timeout=limits.timeout_s, cwd=sandbox.repo_dir)
+        status = [r for r in json_lines(res.stdout) if "lego_agent" in r]
+        turns = int(str(status[-1].get("turns", 0))) if status else 0
+        return result_from_exec(res, self.EXIT_LABELS, turns=turns)

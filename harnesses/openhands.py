@@ -1,0 +1,56 @@
+"""Adapter for the OpenHands Software Agent SDK (pip ``openhands-sdk`` + ``openhands-tools``).
+
+The SDK has no CLI of its own, so its entry point is a small driver script
+(:mod:`harnesses.openhands_driver`) that builds the SDK's stock ``Agent`` with its terminal and
+file-editor tools and runs one ``Conversation``. It speaks OpenAI chat completions through litellm
+with native function calling (tools ``terminal``, ``file_editor``, ``finish``). Pointed at the
+proxy by the ``LLM``'s ``base_url`` and model ``openai/<name>``; the SDK needs Python >= 3.12, so
+its venv is built on the pyenv 3.12 interpreter.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
+from harnesses.install import InstallSpec
+from harnesses.openhands_driver import DRIVER_FILE
+from lego.seams import Sandbox
+from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
+
+__all__ = ["OpenHandsHarness"]
+
+
+class OpenHandsHarness(InstalledHarness):
+    name: ClassVar[str] = "openhands"
+    install_spec: ClassVar[InstallSpec] = InstallSpec(
+        kind="pip",
+        package="openhands-sdk",
+        version="1.58.2",
+        extra_packages=("openhands-tools==1.58.2",),
+        python="/root/.pyenv/versions/3.12.1/bin/python3.12",
+        executable="venv/bin/python",
+    )
+
+    def environment(self, endpoint: Endpoint, home: str) -> dict[str, str]:
+        return {
+            "HOME": home,
+            "LLM_API_KEY": endpoint.api_key,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+            "NO_COLOR": "1",
+        }
+
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
+        self.home = sandbox_home(sandbox)
+        self.env = self.environment(endpoint, self.home)
+        self.write_file(sandbox, f"{self.home}/.lego/openhands_driver.py", DRIVER_FILE.read_text())
+
+    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
+        if not self.home:
+            self.prepare(sandbox, endpoint)
+        argv = [self.executable(), f"{self.home}/.lego/openhands_driver.py", "--base-url", endpoint.base_url]
+        argv += ["--model", endpoint.model, "--problem", task.problem_statement, "--repo", sandbox.repo_dir]
+        argv += ["--max-iterations", str(limits.max_turns), "--persistence-dir", f"{self.home}/.lego/openhands"]
+        res = self.launch(sandbox, argv, limits.timeout_s)
+        return result_from_exec(res, {10: "max_turns"})
