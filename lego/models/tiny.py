@@ -1,0 +1,158 @@
+"""The embedded default policy: a tiny Qwen3-architecture causal LM built from a seed.
+
+``build_tiny(out_dir, seed)`` writes an ordinary Hugging Face model directory (config.json,
+model.safetensors, tokenizer.json, tokenizer_config.json, chat_template.jinja,
+generation_config.json), so every loader treats it exactly like a real checkpoint such as
+Qwen3-0.6B. The weights are random (seeded): the model is for exercising the whole pipeline on a
+CPU, not for solving tasks. Same seed, same bytes.
+
+``resolve_model(name_or_path)`` is the one place that decides what a model name means;
+``"default"`` builds the tiny model once into the user cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+from lego.errors import ModelError
+from lego.models.tokenizer import corpus_fingerprint, train_tokenizer
+from lego.paths import cache_dir
+
+__all__ = ["BUILDER_VERSION", "TINY_ARCH", "build_tiny", "chat_template", "resolve_model"]
+
+BUILDER_VERSION = 1
+"""Bump when the architecture or the directory layout changes (invalidates cached builds)."""
+
+TINY_ARCH: dict[str, Any] = dict(
+    hidden_size=256,
+    intermediate_size=768,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=32768,  # harness system prompts are long; RoPE makes this free
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+)
+"""Qwen3 shape of the tiny model (about 4 M parameters with its ~2-8 k vocabulary)."""
+
+_REQUIRED = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def chat_template(tool_format: str = "hermes") -> str:
+    """The Jinja chat template shipped with lego ("hermes" or "qwen3_coder" tool calls)."""
+    path = resources.files("lego.models") / "templates" / f"{tool_format}.jinja"
+    if not path.is_file():
+        raise ModelError(f"unknown tool_format {tool_format!r}; use 'hermes' or 'qwen3_coder'")
+    return path.read_text(encoding="utf-8")
+
+
+def _token_id(tokenizer: Any, token: str) -> int:
+    tid = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(tid, int):
+        raise ModelError(f"the trained tokenizer lacks {token!r}")
+    return tid
+
+
+def build_tiny(out_dir: str | Path, seed: int = 0, tool_format: str = "hermes") -> Path:
+    """Write the tiny model to ``out_dir`` (created; existing files are overwritten) and return it.
+
+    Deterministic: the tokenizer depends only on the shipped corpus, the weights only on ``seed``
+    (initialised under a forked RNG so the caller's torch RNG is untouched).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer()
+    tokenizer.chat_template = chat_template(tool_format)
+    pad_id = _token_id(tokenizer, "<|endoftext|>")
+    eos_id = _token_id(tokenizer, "<|im_end|>")
+    vocab = -(-len(tokenizer) // 64) * 64  # round up, as Qwen pads its embedding
+    config = Qwen3Config(
+        vocab_size=vocab, bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id, dtype="float32", **TINY_ARCH
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=True, temperature=1.0, top_k=0, top_p=1.0
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    # Also keep the template inside tokenizer_config.json, where older loaders look for it.
+    cfg_path = out / "tokenizer_config.json"
+    tok_cfg = json.loads(cfg_path.read_text())
+    tok_cfg["chat_template"] = tokenizer.chat_template
+    cfg_path.write_text(json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n")
+    (out / "chat_template.jinja").write_text(tokenizer.chat_template, encoding="utf-8")
+    (out / "lego_build.json").write_text(
+        json.dumps({"builder_version": BUILDER_VERSION, "seed": seed, "tool_format": tool_format}, indent=2) + "\n"
+    )
+    return out
+
+
+def _default_key(seed: int) -> str:
+    h = hashlib.sha256(f"{BUILDER_VERSION}:{seed}:{corpus_fingerprint()}".encode())
+    h.update(chat_template("hermes").encode())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _is_complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in _REQUIRED)
+
+
+def _build_default(target: Path) -> None:
+    """Build into a temporary sibling, then rename: readers never see a half-written model."""
+    from rich.console import Console
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = target.parent / f".{target.name}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent first use waits here, then finds it built
+        if _is_complete(target):
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            with Console(stderr=True).status(f"building the embedded default model into {target} (once) ..."):
+                build_tiny(tmp, seed=0)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(tmp)
+
+
+def resolve_model(name_or_path: str | Path) -> Path:
+    """Turn a model name or path into a local HF model directory.
+
+    ``"default"`` is the embedded default policy (built once into ``cache_dir()/models``); any
+    other value must be a directory holding an HF checkpoint (config.json plus weights).
+    """
+    if str(name_or_path) == "default":
+        target = cache_dir() / "models" / f"tiny-{_default_key(0)}"
+        if not _is_complete(target):
+            _build_default(target)
+        return target
+    path = Path(name_or_path).expanduser()
+    if not path.is_dir():
+        raise ModelError(
+            f"model {str(name_or_path)!r} is not a directory; pass an HF model directory "
+            "(e.g. one made by `lego models build-tiny DIR`) or 'default' for the embedded default"
+        )
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path} has no config.json; it is not a Hugging Face model directory")
+    return path.resolve()
