@@ -1,0 +1,424 @@
+"""The ``local`` sandbox backend: a fresh working copy per rollout, commands run under bubblewrap.
+
+How it works. ``LocalSandbox`` copies the task's pristine, history-stripped template (see
+:mod:`sandboxes.base`) to a private directory and starts one long-lived bubblewrap *init* process
+that owns the sandbox's namespaces (user, pid, mount, net, ipc, uts, cgroup). Every :meth:`exec`
+joins that init with ``nsenter --preserve-credentials`` (user namespace first, then the others, then
+its root directory), so all commands share one filesystem view, one loopback and one process table,
+and a background server started by one command is reachable from the next. Joining a user namespace
+one owns needs no privilege, so this also works for an unprivileged host user. When a proxy socket
+is given, the init process *is* ``socat TCP-LISTEN:<port>,bind=127.0.0.1,fork UNIX-CONNECT:<sock>``:
+the harness reaches ``http://127.0.0.1:<port>`` inside, the bytes leave through the bind-mounted
+Unix socket, and nothing else can (the network namespace has only ``lo``).
+
+Isolated:
+  * network: a private network namespace; the only way out is the proxy's Unix socket.
+  * filesystem: /usr, /bin, /lib*, /sbin and /etc read-only (with /etc/shadow, gshadow, sudoers,
+    ssh keys and ssl/private masked, passwd/group/hosts replaced); the repo writable at /repo;
+    private empty tmpfs /tmp, /var/tmp, /run and HOME=/home/agent. The host's home, /work, /opt,
+    /mnt, the project's run directories and every other path are absent, except the read-only
+    binds of the Python runtime (:mod:`sandboxes.runtime`) and the caller's ``ro_binds``, each at
+    its own path.
+  * identity: uid/gid 1000 ("agent") in a user namespace, every capability dropped, so the
+    read-only binds cannot be remounted and setuid binaries grant nothing.
+  * processes: a private pid namespace (host processes are invisible; closing the sandbox kills
+    everything in it); RLIMIT_CPU, RLIMIT_AS and RLIMIT_CORE=0 on every process; a pids cgroup
+    capping the sandbox's process count where the host lets lego create one (cgroup v1/v2 pids
+    controller), else RLIMIT_NPROC (which the kernel does not enforce for host root, hence the
+    cgroup); a wall-time limit per exec after which its process group and every descendant die.
+
+Not isolated:
+  * the kernel (a kernel exploit escapes; use the docker backend on a VM for hostile code);
+  * CPU time and memory across processes (limits are per process; no cgroup CPU/memory quota);
+  * disk space in /repo and the tmpfs mounts (bounded only by the host filesystem / RAM);
+  * the bwrap init must be created from a thread that outlives the sandbox: ``--die-with-parent``
+    ties the sandbox's life to the creating thread.
+
+Where bubblewrap is missing, creating a sandbox raises :class:`SandboxError` naming the fix, unless
+``SandboxConfig.unsafe_no_isolation`` is set: then commands run directly on the host, in the copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from lego.config import SandboxConfig
+from lego.errors import SandboxError, TaskError
+from lego.types import ExecResult, Task
+from sandboxes.base import descendants, git, kill_tree, pristine_template, sandbox_id, verify_history_strip
+from sandboxes.cgroup import PidCgroup
+from sandboxes.runtime import python_runtime
+
+__all__ = ["AGENT_HOME", "AGENT_UID", "DEFAULT_PROXY_PORT", "REPO_DIR", "LocalSandbox", "bwrap_available"]
+
+REPO_DIR = "/repo"
+AGENT_HOME = "/home/agent"
+AGENT_UID = 1000
+DEFAULT_PROXY_PORT = 18080
+BASE_GIT = "/lego/base.git"  # the pristine .git, read-only: diffs never trust the agent's own .git
+_SOCK = "/run/lego/proxy.sock"
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_MASKED_ETC = ("shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d", "ssh", "ssl/private", "machine-id")
+_READY_TIMEOUT_S = 10.0
+
+
+def bwrap_available() -> bool:
+    return shutil.which("bwrap") is not None and shutil.which("nsenter") is not None
+
+
+def _workdir(cfg: SandboxConfig) -> Path:
+    base = Path(cfg.workdir) if cfg.workdir else Path(tempfile.gettempdir()) / "lego-sandboxes"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+class LocalSandbox:
+    """One task's working copy plus the bubblewrap init holding its namespaces (see module doc)."""
+
+    def __init__(
+        self,
+        task: Task,
+        cfg: SandboxConfig,
+        *,
+        proxy_uds: Path | None = None,
+        ro_binds: Sequence[Path] = (),
+        proxy_port: int = DEFAULT_PROXY_PORT,
+        extra_binds: Mapping[Path, str] | None = None,
+    ) -> None:
+        if not task.repo_path:
+            raise TaskError(f"task {task.instance_id} has no repo_path; the local backend needs a local repo")
+        self.cfg = cfg
+        self.task = task
+        self.isolated = not cfg.unsafe_no_isolation
+        if self.isolated and not bwrap_available():
+            raise SandboxError(
+                "bubblewrap (bwrap) is not installed, so agents cannot be isolated; install it "
+                "(apt-get install bubblewrap) or, only for trusted code on a disposable machine, pass "
+                "--unsafe-no-isolation / -o sandbox.unsafe_no_isolation=true"
+            )
+        self.id = sandbox_id()
+        self.host_dir = _workdir(cfg) / f"sbx-{self.id}"
+        self.host_dir.mkdir(parents=True)
+        self._init: subprocess.Popen[bytes] | None = None
+        self._ns_pid = 0
+        self._cgroup: PidCgroup | None = None
+        self._closed = False
+        try:
+            self.template = pristine_template(task.repo_path)
+            self.root = self.host_dir / "repo"
+            shutil.copytree(self.template, self.root, symlinks=True)
+            self.base_commit = git(self.root, "rev-parse", "HEAD").strip()
+            self.history_strip = verify_history_strip(self.root)
+            self.runtime = python_runtime()
+            self.repo_dir = REPO_DIR if self.isolated else str(self.root)
+            self.proxy_port: int | None = None
+            if self.isolated:
+                self._start_bwrap(proxy_uds, proxy_port, list(ro_binds), dict(extra_binds or {}))
+            elif proxy_uds is not None:
+                self._start_host_forwarder(proxy_uds)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ start-up
+    def _bwrap_args(self, proxy_uds: Path | None, ro_binds: list[Path], extra: dict[Path, str]) -> list[str]:
+        etc = self.host_dir / "etc"
+        etc.mkdir()
+        (etc / "passwd").write_text(
+            f"root:x:0:0:root:/root:/usr/sbin/nologin\nagent:x:{AGENT_UID}:{AGENT_UID}:agent:{AGENT_HOME}:/bin/bash\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        )
+        (etc / "group").write_text(f"root:x:0:\nagent:x:{AGENT_UID}:\nnogroup:x:65534:\n")
+        (etc / "hosts").write_text("127.0.0.1 localhost lego-sandbox\n::1 localhost\n")
+        a = ["--unshare-all", "--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_UID), "--cap-drop", "ALL"]
+        a += ["--die-with-parent", "--new-session", "--hostname", "lego-sandbox", "--clearenv"]
+        for d in _SYSTEM_DIRS:
+            if os.path.islink(d):
+                a += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                a += ["--ro-bind", d, d]
+        a += ["--ro-bind", "/etc", "/etc"]
+        for name in _MASKED_ETC:
+            p = Path("/etc") / name
+            if p.is_dir() and not p.is_symlink():
+                a += ["--tmpfs", str(p)]
+            elif p.exists():
+                a += ["--ro-bind", "/dev/null", str(p)]
+        for name in ("passwd", "group", "hosts"):
+            a += ["--ro-bind", str(etc / name), f"/etc/{name}"]
+        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--dir", "/var"]
+        a += ["--tmpfs", "/var/tmp", "--tmpfs", AGENT_HOME, "--bind", str(self.root), REPO_DIR]
+        a += ["--ro-bind", str(self.template / ".git"), BASE_GIT]
+        for p in [*self.runtime.binds, *ro_binds]:
+            if not Path(p).exists():
+                raise SandboxError(f"read-only bind {p} does not exist on the host; install it first")
+            a += ["--ro-bind", str(p), str(p)]
+        for host, inside in extra.items():
+            a += ["--bind", str(host), inside]
+        if proxy_uds is not None:
+            a += ["--ro-bind", str(proxy_uds), _SOCK]
+        a += ["--chdir", REPO_DIR]
+        return a
+
+    def _start_bwrap(self, proxy_uds: Path | None, port: int, ro_binds: list[Path], extra: dict[Path, str]) -> None:
+        if proxy_uds is not None and not Path(proxy_uds).exists():
+            raise SandboxError(f"proxy socket {proxy_uds} does not exist; start the proxy with a uds first")
+        args = self._bwrap_args(proxy_uds, ro_binds, extra)
+        if proxy_uds is not None:
+            init = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{_SOCK}"]
+        else:
+            init = ["sleep", "infinity"]
+        self._cgroup = PidCgroup.create(f"lego-{self.id}", self.cfg.max_processes)
+        # Arguments go through --args (a pipe), so /proc/1/cmdline inside shows no host paths.
+        args_r, args_w = os.pipe()
+        info_r, info_w = os.pipe()
+        argv = ["bwrap", "--args", str(args_r), "--info-fd", str(info_w), "--", *init]
+        try:
+            self._init = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(args_r, info_w),
+                preexec_fn=self._limits,
+            )
+        finally:
+            os.close(args_r)
+            os.close(info_w)
+        with os.fdopen(args_w, "wb") as f:
+            f.write(b"".join(x.encode() + b"\0" for x in args))
+        self._ns_pid = self._read_child_pid(info_r)
+        if proxy_uds is not None:
+            self._wait_listening(port)
+            self.proxy_port = port
+
+    def _read_child_pid(self, fd: int) -> int:
+        buf = b""
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        with os.fdopen(fd, "rb") as f:
+            while time.monotonic() < deadline:
+                chunk = f.read1(4096)
+                if not chunk:
+                    break
+                buf += chunk
+                with contextlib.suppress(json.JSONDecodeError):
+                    return int(json.loads(buf)["child-pid"])
+        err = self._init.stderr.read().decode(errors="replace") if self._init and self._init.stderr else ""
+        raise SandboxError(f"bubblewrap did not start: {err.strip() or 'no output'}; check `bwrap --version` works")
+
+    def _wait_listening(self, port: int) -> None:
+        needle = f"0100007F:{port:04X}"
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                lines = Path(f"/proc/{self._ns_pid}/net/tcp").read_text().splitlines()[1:]
+            except OSError:
+                lines = []
+            if any(ln.split()[1] == needle and ln.split()[3] == "0A" for ln in lines):
+                return
+            if self._init is not None and self._init.poll() is not None:
+                break
+            time.sleep(0.002)
+        raise SandboxError(f"the proxy forwarder (socat) did not listen on 127.0.0.1:{port} inside the sandbox")
+
+    def _start_host_forwarder(self, proxy_uds: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self._init = subprocess.Popen(
+            ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy_uds}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with socket.socket() as s, contextlib.suppress(OSError):
+                s.connect(("127.0.0.1", port))
+                self.proxy_port = port
+                return
+            time.sleep(0.005)
+        raise SandboxError(f"socat did not listen on 127.0.0.1:{port}")
+
+    def _limits(self) -> None:
+        """Runs in the child between fork and exec: per-process limits and the pids cgroup."""
+        cpu, mem = self.cfg.cpu_seconds, self.cfg.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NPROC, (self.cfg.max_processes, self.cfg.max_processes))
+        if self._cgroup is not None:
+            self._cgroup.join_self()
+
+    # ------------------------------------------------------------------ the Sandbox protocol
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment every command starts from (``extra`` wins)."""
+        home = AGENT_HOME
+        if not self.isolated:
+            home = str(self.host_dir / "home")
+            Path(home).mkdir(exist_ok=True)
+        base = {
+            "PATH": f"{self.runtime.bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+            "HOME": home,
+            "USER": "agent",
+            "LOGNAME": "agent",
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "TERM": "dumb",
+        }
+        if self.proxy_port is not None:
+            base["LEGO_PROXY_URL"] = f"http://127.0.0.1:{self.proxy_port}"
+        return {**base, **(extra or {})}
+
+    def _argv(self, cmd: str | Sequence[str], cwd: str | None) -> list[str]:
+        inner = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        wd = cwd or self.repo_dir
+        if not wd.startswith("/"):
+            wd = f"{self.repo_dir}/{wd}"
+        inner = ["/bin/sh", "-c", 'cd "$1" || exit 126; shift; exec "$@"', "sh", wd, *inner]
+        if not self.isolated:
+            return inner
+        ns = ["nsenter", "-t", str(self._ns_pid), "-U", "-m", "-n", "-i", "-u", "-p", "-C", "-r"]
+        return [*ns, "--preserve-credentials", "--", *inner]
+
+    def run_bytes(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+    ) -> tuple[int, bytes, bytes, bool, float]:
+        """:meth:`exec` with bytes in and out: (exit_code, stdout, stderr, timed_out, wall_s)."""
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed; create a new one")
+        limit = timeout if timeout is not None else self.cfg.command_timeout_s
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self._argv(cmd, cwd),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env(env),
+                cwd=str(self.root) if not self.isolated else "/",
+                start_new_session=True,
+                preexec_fn=self._limits,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start a command in sandbox {self.id}: {exc}") from exc
+        timed_out = False
+        try:
+            out, err = proc.communicate(stdin, timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_tree(proc)
+            try:
+                out, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                # A detached process still holds the pipes: kill everything the agent runs.
+                self._kill_agent_processes()
+                out, err = proc.communicate()
+        code = proc.returncode if not timed_out else 124
+        return code, out, err, timed_out, time.monotonic() - t0
+
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        code, out, err, timed_out, wall = self.run_bytes(cmd, env=env, timeout=timeout, cwd=cwd)
+        return ExecResult(
+            exit_code=code,
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+            timed_out=timed_out,
+            wall_s=wall,
+        )
+
+    def read(self, path: str) -> bytes:
+        # Through the sandbox (never host file APIs): an agent's symlink cannot point the host anywhere.
+        code, out, err, _, _ = self.run_bytes(["cat", "--", path], timeout=60)
+        if code != 0:
+            raise SandboxError(f"cannot read {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
+        return out
+
+    def write(self, path: str, data: bytes) -> None:
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+        code, _, err, _, _ = self.run_bytes(["/bin/sh", "-c", script, "sh", path], timeout=60, stdin=data)
+        if code != 0:
+            raise SandboxError(f"cannot write {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
+
+    def diff(self) -> str:
+        """The agent's changes against the pristine commit, computed inside the sandbox against a
+        read-only copy of the pristine ``.git`` (the agent's own ``.git`` is never consulted)."""
+        gitdir = BASE_GIT if self.isolated else str(self.template / ".git")
+        script = (
+            "set -e; t=$(mktemp -d); export GIT_INDEX_FILE=$t/index GIT_OBJECT_DIRECTORY=$t/objects; "
+            'mkdir -p "$t/objects"; git read-tree HEAD; git add -A -- .; '
+            f"git diff --cached --binary --no-ext-diff --no-textconv --no-color --full-index {self.base_commit} "
+            "-- . ':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.py[co]'; "
+            'rm -rf "$t"'
+        )
+        env = {
+            "GIT_DIR": gitdir,
+            "GIT_WORK_TREE": self.repo_dir,
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": f"{gitdir}/objects",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_PAGER": "cat",
+        }
+        code, out, err, _, _ = self.run_bytes(script, env=env, timeout=120)
+        if code != 0:
+            raise SandboxError(f"git diff failed in sandbox {self.id}: {err.decode(errors='replace').strip()}")
+        return out.decode(errors="replace")
+
+    def _kill_agent_processes(self) -> None:
+        """Kill every process in the sandbox except the init (and its socat listener)."""
+        if not self._ns_pid:
+            return
+        keep = {self._ns_pid}
+        with contextlib.suppress(OSError):
+            keep |= {int(x) for x in Path(f"/proc/{self._ns_pid}/task/{self._ns_pid}/children").read_text().split()[:1]}
+        for pid in descendants(self._ns_pid):
+            if pid not in keep:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, 9)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._init is not None:
+            kill_tree(self._init)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._init.wait(timeout=5)
+            if self._init.stderr:
+                self._init.stderr.close()
+        if self._cgroup is not None:
+            self._cgroup.remove()
+        shutil.rmtree(self.host_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
