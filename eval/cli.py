@@ -83,13 +83,15 @@ def load_tasks(arg: str, limit: int | None = None) -> list[Task]:
                 except ValueError as exc:
                     raise ConfigError(f"{source}:{n} is not a task record: {exc}") from exc
         tasks = [t for t in tasks if split is None or t.split == split]
-    elif source in TASK_SOURCES.names() or ":" in source:
-        tasks = list(TASK_SOURCES.resolve(source)().tasks(split))
     else:
-        raise ConfigError(
-            f"--tasks {arg!r}: no such file or task source; give a SWE-bench JSONL file, "
-            f"one of {TASK_SOURCES.names() or '(none registered)'}, or module:attr of a TaskSource factory"
-        )
+        try:
+            make_source = TASK_SOURCES.resolve(source)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"--tasks {arg!r}: no such file or task source ({exc}); give a SWE-bench JSONL file, "
+                f"one of {TASK_SOURCES.names() or '(none registered)'}, or module:attr of a TaskSource factory"
+            ) from exc
+        tasks = list(make_source().tasks(split))
     if not tasks:
         raise ConfigError(f"--tasks {arg!r} holds no tasks" + (f" in split {split!r}" if split else ""))
     return tasks[:limit] if limit else tasks
