@@ -1,0 +1,437 @@
+"""The segment recorder: turns a session's calls into token-exact training segments. Pure: no I/O,
+no engine, no clock; the server calls :meth:`SessionRecorder.prepare` before a generation and
+:meth:`SessionRecorder.commit` after it succeeds (nothing changes if the generation fails).
+
+The algorithm (DESIGN.md "Faithful rollouts", rules 1-5):
+
+* A session holds *threads*, keyed by the conversation's first messages (the system prompt) and
+  the tools schema. The main thread is the one with the most generations; the others (subagents,
+  title generators, quota probes) are served the same way but never exported for training.
+* A thread keeps the message snapshot ``S`` (the last request's messages plus the assistant
+  message the proxy returned), the current segment's flat token list with a mask, logprobs and
+  policy versions, and *boundaries*: for message counts ``j`` seen at a call, the token length and
+  rendered-text length of ``S[:j]``.
+* A new request ``M`` is matched message by message against ``S``: an assistant turn the proxy
+  produced matches by its tool-call ids (or, without tool calls, its content text); every other
+  message must be equal; the tools schema must be equal. With ``k`` messages matched:
+
+  - ``k == len(S)`` (an extension): the prompt is the segment's tokens + the tokens of the rendered
+    text of ``M`` beyond ``S`` + the generation prompt. Only the delta is tokenized, so assistant
+    turns keep the exact ids the policy sampled (rule 3).
+  - ``k == len(S) - 1`` and ``S[-1]`` is the last generation (the same request again, or the last
+    assistant replaced): an exact retry. The last generation is rolled back into ``discarded`` and
+    the segment is extended from the boundary before it (rule 5).
+  - otherwise (compaction, truncation, re-serialized history): the prompt is spliced from the
+    longest known boundary ``<= k`` plus the rendered rest. If that is not a token-prefix
+    extension of the segment, the segment is sealed and a new one starts -- both only at commit,
+    after the generation succeeded (rule 4). Earlier generations keep their original context.
+
+* After a generation, the sampled ids enter the segment with mask 1 and their logprobs; the
+  template's closing tokens (the end-of-turn token if the policy did not sample one, then whatever
+  the template puts after it, e.g. a newline) enter with mask 0 (rule 3).
+
+The chat template must be prefix-stable: rendering ``messages[:j]`` is a textual prefix of rendering
+``messages[:j+1]``. Where a template breaks that for some request, the recorder notices (the
+stored text is not a prefix of the new rendering), counts ``template_unstable`` and starts a new
+segment from a full rendering rather than guessing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from lego.types import DiscardedGeneration, Generation, Segment
+
+__all__ = ["ChatTemplate", "PreparedCall", "SessionRecorder", "Thread", "thread_key"]
+
+Message = dict[str, Any]
+MAX_SIDE_THREADS = 32
+
+
+class ChatTemplate(Protocol):
+    """What the recorder needs from a model's chat format (lego.models.chat.ChatFormat has it)."""
+
+    im_end_id: int
+    eos_token_ids: list[int]
+
+    def render_text(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = False
+    ) -> str: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+def _system_text(messages: list[Message]) -> str:
+    for m in messages:
+        if m.get("role") in ("system", "developer"):
+            c = m.get("content")
+            return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
+        break
+    return ""
+
+
+def thread_key(messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
+    """The identity of a conversation thread: its system prompt and its tools schema.
+
+    A subagent or a title generator runs with another system prompt or another tool set; a
+    compaction of the main thread keeps both (and becomes a new segment of the same thread).
+    """
+    blob = json.dumps([_system_text(messages), tools or []], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Turn:
+    """An assistant message the proxy produced, as it returned it."""
+
+    message: Message
+    tool_call_ids: tuple[str, ...]
+    content: str
+
+
+@dataclass
+class _Seg:
+    """The open segment of a thread as flat parallel lists (``prompt_len``: where sampling began)."""
+
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float | None] = field(default_factory=list)
+    versions: list[int | None] = field(default_factory=list)
+    prompt_len: int | None = None
+    bounds: dict[int, tuple[int, int]] = field(default_factory=dict)  # message count -> (tokens, text chars)
+
+    def extend_context(self, ids: list[int]) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([0] * len(ids))
+        self.logprobs.extend([None] * len(ids))
+        self.versions.extend([None] * len(ids))
+
+    def truncate(self, n: int) -> None:
+        for lst in (self.ids, self.mask, self.logprobs, self.versions):
+            del lst[n:]
+        if self.prompt_len is not None and self.prompt_len >= n:
+            self.prompt_len = None
+
+    def export(self) -> Segment | None:
+        if self.prompt_len is None:
+            return None
+        p = self.prompt_len
+        return Segment(
+            prompt_ids=self.ids[:p],
+            response_ids=self.ids[p:],
+            response_mask=self.mask[p:],
+            response_logprobs=self.logprobs[p:],
+            response_versions=self.versions[p:],
+        )
+
+
+@dataclass
+class Thread:
+    """One conversation thread of a session (see the module docstring)."""
+
+    key: str
+    messages: list[Message] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""
+    generated: dict[int, _Turn] = field(default_factory=dict)
+    seg: _Seg = field(default_factory=_Seg)
+    sealed: list[Segment] = field(default_factory=list)
+    gen_text: str | None = None  # the template's generation prompt for this thread's tools
+    last_gen: tuple[int, int, int] | None = None  # (message index, first sampled token, end of sampled tokens)
+    generations: int = 0
+    order: int = 0
+
+
+@dataclass
+class PreparedCall:
+    """What :meth:`SessionRecorder.prepare` decided; handed back to :meth:`SessionRecorder.commit`."""
+
+    thread_key: str
+    mode: Literal["extend", "retry", "new_segment"]
+    matched: int  # leading messages that matched the snapshot
+    prompt_ids: list[int]
+    messages: list[Message]  # as rendered: matched assistant turns replaced by the proxy's own
+    tools: list[dict[str, Any]]
+    keep: int  # tokens of the current segment kept (extend: all; retry: up to the boundary)
+    context_len: int  # tokens of prompt_ids before the generation prompt
+    text_keep: int  # characters of the thread's rendered text kept before ``delta_text``
+    delta_text: str  # rendered text of the messages after the kept part (no generation prompt)
+    gen_text: str  # the template's generation prompt
+    kept_bounds: dict[int, tuple[int, int]]
+    reason: str = ""
+
+
+class SessionRecorder:
+    """Records one session's calls (see the module docstring for the algorithm)."""
+
+    def __init__(self, template: ChatTemplate) -> None:
+        self.template = template
+        self.threads: dict[str, Thread] = {}
+        self.discarded: list[DiscardedGeneration] = []
+        self.counters: dict[str, float] = {
+            "calls": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "rewrites": 0,
+            "retries": 0,
+            "side_calls": 0,
+            "template_unstable": 0,
+            "tool_call_parse_failures": 0,
+            "overflows": 0,
+        }
+        self._eot_text = template.decode([template.im_end_id])
+
+    # ------------------------------------------------------------------ threads
+    def main_thread(self) -> Thread | None:
+        """The thread with the most generations (ties: the one that started first)."""
+        if not self.threads:
+            return None
+        return max(self.threads.values(), key=lambda t: (t.generations, -t.order))
+
+    def is_main(self, key: str) -> bool:
+        """Whether a call on thread ``key`` is (or would start) the main thread."""
+        main = self.main_thread()
+        return main is None or main.key == key
+
+    # ------------------------------------------------------------------ matching
+    def _matches(self, th: Thread, i: int, incoming: Message) -> bool:
+        turn = th.generated.get(i)
+        if turn is None:
+            return bool(incoming == th.messages[i])
+        if incoming.get("role") != "assistant":
+            return False
+        calls = incoming.get("tool_calls") or []
+        if turn.tool_call_ids:
+            return tuple(sorted(str(c.get("id")) for c in calls)) == tuple(sorted(turn.tool_call_ids))
+        if calls:
+            return False
+        content = incoming.get("content")
+        return isinstance(content, str | None) and (content or "").strip() == turn.content.strip()
+
+    def _matched_prefix(self, th: Thread, messages: list[Message], tools: list[dict[str, Any]]) -> int:
+        if tools != th.tools:
+            return 0
+        k = 0
+        for i in range(min(len(messages), len(th.messages))):
+            if not self._matches(th, i, messages[i]):
+                break
+            k += 1
+        return k
+
+    # ------------------------------------------------------------------ prepare / commit
+    def prepare(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> PreparedCall:
+        """Build the engine prompt for ``messages``; changes nothing (see :meth:`commit`)."""
+        tools = list(tools or [])
+        key = thread_key(messages, tools)
+        th = self.threads.get(key) or Thread(key=key)
+        k = self._matched_prefix(th, messages, tools)
+        # Matched assistant turns are rendered as the proxy returned them (their tokens are spliced).
+        messages = [th.generated[i].message if i < k and i in th.generated else m for i, m in enumerate(messages)]
+        seg = th.seg
+        encode = self.template.encode
+
+        if seg.bounds and 0 < k == len(th.messages) and k in seg.bounds and th.gen_text is not None:
+            delta = self._render_from(th, messages, k, tools)
+            if delta is not None:
+                ctx = seg.ids + encode(delta)
+                return self._call(th, "extend", k, ctx, messages, tools, len(seg.ids), len(th.text), delta, {})
+
+        last = th.last_gen
+        if last is not None and 0 < k == len(th.messages) - 1 == last[0] and k in seg.bounds:
+            tok, chars = seg.bounds[k]
+            delta = self._render_from(th, messages, k, tools)
+            if delta is not None:
+                ctx = seg.ids[:tok] + encode(delta)
+                kept = {j: b for j, b in seg.bounds.items() if j <= k}
+                call = self._call(th, "retry", k, ctx, messages, tools, tok, chars, delta, kept)
+                call.reason = "exact retry" if len(messages) == k else "last assistant replaced"
+                return call
+
+        # Not an extension: render in full, splice from the longest known boundary, check the token prefix.
+        text_m = self.template.render_text(messages, tools or None, add_generation_prompt=False)
+        text_mg = self.template.render_text(messages, tools or None, add_generation_prompt=True)
+        if not text_mg.startswith(text_m):
+            raise ValueError("the chat template's generation prompt is not appended after the rendered messages")
+        j = max((b for b in seg.bounds if b <= k), default=0)
+        tok, chars = seg.bounds.get(j, (0, 0))
+        if j and text_m.startswith(th.text[:chars]):
+            ctx, kept = seg.ids[:tok] + encode(text_m[chars:]), {b: v for b, v in seg.bounds.items() if b <= j}
+        else:
+            ctx, kept = encode(text_m), {}
+        if seg.bounds and len(ctx) >= len(seg.ids) and ctx[: len(seg.ids)] == seg.ids:
+            call = self._call(th, "extend", k, ctx, messages, tools, len(seg.ids), 0, text_m, {})
+        else:
+            call = self._call(th, "new_segment", k, ctx, messages, tools, 0, 0, text_m, kept)
+            call.reason = "first call" if not seg.bounds else f"history rewritten after message {k}"
+        call.gen_text = text_mg[len(text_m) :]
+        call.prompt_ids = ctx + encode(call.gen_text)
+        return call
+
+    def _render_from(self, th: Thread, messages: list[Message], j: int, tools: list[dict[str, Any]]) -> str | None:
+        """The rendered text of ``messages[j:]``, in O(new messages): rendered after a small window
+        (the system message and ``messages[j-1]``) instead of the whole history. None if the
+        template does not behave prefix-stably here (the caller then renders in full)."""
+        window = [messages[0]] if j >= 2 and messages[0].get("role") in ("system", "developer") else []
+        window.append(messages[j - 1])
+        tpl = self.template
+        base = tpl.render_text(window, tools or None, add_generation_prompt=False)
+        full = tpl.render_text(window + messages[j:], tools or None, add_generation_prompt=True)
+        gen = th.gen_text or ""
+        if not full.startswith(base) or not full.endswith(gen):
+            self.counters["template_unstable"] += 1
+            return None
+        return full[len(base) : len(full) - len(gen)]
+
+    def _call(
+        self,
+        th: Thread,
+        mode: Literal["extend", "retry", "new_segment"],
+        matched: int,
+        ctx: list[int],
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        keep: int,
+        text_keep: int,
+        delta_text: str,
+        kept: dict[int, tuple[int, int]],
+    ) -> PreparedCall:
+        gen_text = th.gen_text or ""
+        return PreparedCall(
+            thread_key=th.key,
+            mode=mode,
+            matched=matched,
+            prompt_ids=ctx + self.template.encode(gen_text),
+            messages=list(messages),
+            tools=tools,
+            keep=keep,
+            context_len=len(ctx),
+            text_keep=text_keep,
+            delta_text=delta_text,
+            gen_text=gen_text,
+            kept_bounds=kept,
+        )
+
+    def commit(self, call: PreparedCall, gen: Generation, assistant: Message, parse_failures: int = 0) -> None:
+        """Record a successful generation and the assistant message returned to the client."""
+        th = self.threads.get(call.thread_key)
+        if th is None:
+            if len(self.threads) >= MAX_SIDE_THREADS:
+                self._evict_side_thread()
+            th = Thread(key=call.thread_key, order=max((t.order for t in self.threads.values()), default=-1) + 1)
+            self.threads[th.key] = th
+        seg = th.seg
+        if call.mode == "retry" and th.last_gen is not None:
+            _, start, end = th.last_gen
+            self.discarded.append(
+                DiscardedGeneration(
+                    prompt_ids=seg.ids[:start],
+                    token_ids=seg.ids[start:end],
+                    logprobs=[float(x) for x in seg.logprobs[start:end] if x is not None],
+                    policy_version=int(seg.versions[start] or 0) if end > start else 0,
+                    reason=call.reason or "exact retry",
+                )
+            )
+            self.counters["retries"] += 1
+            seg.truncate(call.keep)
+            seg.bounds = dict(call.kept_bounds)
+        elif call.mode == "new_segment":
+            old = seg.export()
+            if old is not None:
+                th.sealed.append(old)
+                self.counters["rewrites"] += 1
+            seg = th.seg = _Seg(bounds=dict(call.kept_bounds))
+        elif len(seg.ids) != call.keep:
+            raise RuntimeError("segment changed between prepare and commit; calls on one thread must be serialized")
+        seg.extend_context(call.prompt_ids[len(seg.ids) : call.context_len])
+        seg.bounds[len(call.messages)] = (call.context_len, call.text_keep + len(call.delta_text))
+        seg.extend_context(call.prompt_ids[call.context_len :])
+        start = len(seg.ids)
+        if seg.prompt_len is None:
+            seg.prompt_len = start
+        seg.ids.extend(gen.token_ids)
+        seg.mask.extend([1] * len(gen.token_ids))
+        seg.logprobs.extend(gen.logprobs)
+        seg.versions.extend([gen.policy_version] * len(gen.token_ids))
+        end = len(seg.ids)
+
+        snapshot = [*call.messages, assistant]
+        text_m = th.text[: call.text_keep] + call.delta_text
+        asst_text = self._assistant_text(snapshot, call.tools)
+        seg.extend_context(self._closing(gen.token_ids, asst_text))
+        th.gen_text = call.gen_text
+        text_s = text_m + asst_text
+        th.messages = snapshot
+        th.tools = call.tools
+        th.text = text_s
+        th.generated = {i: t for i, t in th.generated.items() if i < call.matched}
+        th.generated[len(call.messages)] = _Turn(
+            message=assistant,
+            tool_call_ids=tuple(str(c.get("id")) for c in assistant.get("tool_calls") or []),
+            content=str(assistant.get("content") or ""),
+        )
+        seg.bounds[len(snapshot)] = (len(seg.ids), len(text_s))
+        th.last_gen = (len(call.messages), start, end)
+        th.generations += 1
+
+        self.counters["calls"] += 1
+        self.counters["prompt_tokens"] += len(call.prompt_ids)
+        self.counters["completion_tokens"] += len(gen.token_ids)
+        self.counters["tool_call_parse_failures"] += parse_failures
+        if not self.is_main(th.key):
+            self.counters["side_calls"] += 1
+
+    def _assistant_text(self, snapshot: list[Message], tools: list[dict[str, Any]]) -> str:
+        """The rendered text of the last message of ``snapshot`` (an assistant turn), windowed."""
+        window = [snapshot[0]] if len(snapshot) >= 3 and snapshot[0].get("role") in ("system", "developer") else []
+        window.append(snapshot[-2])
+        base = self.template.render_text(window, tools or None, add_generation_prompt=False)
+        full = self.template.render_text([*window, snapshot[-1]], tools or None, add_generation_prompt=False)
+        if full.startswith(base):
+            return full[len(base) :]
+        self.counters["template_unstable"] += 1
+        before = self.template.render_text(snapshot[:-1], tools or None, add_generation_prompt=False)
+        return self.template.render_text(snapshot, tools or None, add_generation_prompt=False)[len(before) :]
+
+    def _closing(self, sampled: list[int], assistant_text: str) -> list[int]:
+        """Template tokens after the sampled ids: end-of-turn if not sampled, then the template tail."""
+        idx = assistant_text.rfind(self._eot_text)
+        tail = assistant_text[idx + len(self._eot_text) :] if idx >= 0 else ""
+        ended = bool(sampled) and (sampled[-1] == self.template.im_end_id or sampled[-1] in self.template.eos_token_ids)
+        out = [] if ended else [self.template.im_end_id]
+        return out + (self.template.encode(tail) if tail else [])
+
+    def _evict_side_thread(self) -> None:
+        main = self.main_thread()
+        side = [t for t in self.threads.values() if main is None or t.key != main.key]
+        if side:
+            victim = min(side, key=lambda t: (t.generations, t.order))
+            del self.threads[victim.key]
+
+    def note_overflow(self) -> None:
+        self.counters["overflows"] += 1
+
+    # ------------------------------------------------------------------ export
+    def segments(self) -> list[Segment]:
+        """The main thread's segments in order: sealed ones, then the open one."""
+        main = self.main_thread()
+        if main is None:
+            return []
+        cur = main.seg.export()
+        return [*main.sealed, *([cur] if cur is not None else [])]
+
+    def snapshot(self) -> tuple[list[Message], list[dict[str, Any]]]:
+        main = self.main_thread()
+        return (list(main.messages), list(main.tools)) if main else ([], [])
+
+    def summary_counters(self) -> dict[str, float]:
+        out = dict(self.counters)
+        out["segments"] = len(self.segments())
+        out["threads"] = len(self.threads)
+        main = self.main_thread()
+        out["turns"] = main.generations if main else 0
+        return out
