@@ -20,23 +20,27 @@ from lego.engines.oracle import (
 )
 from lego.types import RequestContext
 
-PATCH = """diff --git a/calc.py b/calc.py
-index 1111111..2222222 100644
---- a/calc.py
-+++ b/calc.py
-@@ -1,4 +1,4 @@
- def add(a, b):
--    return a - b
-+    return a + b
- 
- 
-diff --git a/notes.txt b/notes.txt
-new file mode 100644
---- /dev/null
-+++ b/notes.txt
-@@ -0,0 +1 @@
-+fixed
-"""
+PATCH = "\n".join(
+    [
+        "diff --git a/calc.py b/calc.py",
+        "index 1111111..2222222 100644",
+        "--- a/calc.py",
+        "+++ b/calc.py",
+        "@@ -1,4 +1,4 @@",
+        " def add(a, b):",
+        "-    return a - b",
+        "+    return a + b",
+        " ",
+        " ",
+        "diff --git a/notes.txt b/notes.txt",
+        "new file mode 100644",
+        "--- /dev/null",
+        "+++ b/notes.txt",
+        "@@ -0,0 +1 @@",
+        "+fixed",
+        "",
+    ]
+)
 
 
 def fn_tool(name: str, props: dict, required: list[str]) -> dict:
@@ -87,7 +91,9 @@ def test_openhands_finish_tool_gets_its_required_message() -> None:
 
 
 def test_opencode_bash_required_description_is_filled_and_it_ends_with_text() -> None:
-    tools = [fn_tool("bash", {"command": {"type": "string"}, "description": {"type": "string"}}, ["command", "description"])]
+    tools = [
+        fn_tool("bash", {"command": {"type": "string"}, "description": {"type": "string"}}, ["command", "description"])
+    ]
     first = plan_reply(ctx(START, tools), PATCH)
     assert set(first.arguments) == {"command", "description"}
     second = plan_reply(ctx(after(first, START), tools), PATCH)
@@ -138,7 +144,7 @@ def test_search_replace_blocks_name_each_file() -> None:
 
 
 @pytest.mark.parametrize("tools", [LEGO_TOOLS, []])
-def test_replies_round_trip_through_the_chat_format(chat_format, tools: list[dict]) -> None:  # noqa: ANN001
+def test_replies_round_trip_through_the_chat_format(chat_format, tools: list[dict]) -> None:
     from lego.engines.oracle import OracleEngine
 
     engine = OracleEngine(chat_format, scorer=None)  # type: ignore[arg-type]  # reply_ids needs no scorer
