@@ -1,0 +1,125 @@
+"""Scale-out helpers for running the trainer under ``torchrun`` with FSDP2.
+
+``torchrun --nproc-per-node N ...`` sets RANK / WORLD_SIZE / LOCAL_RANK; :func:`init_from_env`
+starts the process group (NCCL on CUDA, gloo on CPU). :func:`shard_model` applies FSDP2
+(``torch.distributed.fsdp.fully_shard``) to every decoder layer and then the root, the layout
+the PyTorch FSDP2 docs recommend for transformers. Every helper is a no-op in a single process, so
+the trainer calls them unconditionally.
+
+How the batch is split: every rank sees the whole list of items (the rollouts are gathered on
+rank 0 and broadcast by the caller), computes the same global token weights, and takes micro-batch
+k when ``k % world_size == rank``. Each rank's loss is its share of the full-batch loss; FSDP2's
+reduce-scatter averages gradients over ranks, so the trainer multiplies its loss by world_size to
+get the sum — the gradient of the full-batch loss, as in one process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "DistInfo",
+    "all_reduce_max",
+    "all_reduce_sum",
+    "current",
+    "full_state_dict",
+    "gather_cat",
+    "gather_labels",
+    "init_from_env",
+    "shard_model",
+]
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def current() -> DistInfo:
+    """This process's rank and the world size (rank 0 of 1 when not distributed)."""
+    if not _active():
+        return DistInfo()
+    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+
+
+def init_from_env() -> DistInfo:
+    """Start the process group from torchrun's environment (no-op without WORLD_SIZE > 1)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+    return current()
+
+
+def shard_model(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2: shard each decoder layer, then the root (embeddings, norm, head)."""
+    from torch.distributed.fsdp import fully_shard
+
+    if not _active():
+        return model
+    for module in model.modules():
+        if type(module).__name__.endswith("DecoderLayer"):
+            fully_shard(module)
+    fully_shard(model)
+    return model
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded state dict (every rank gets it; gathered from DTensor shards under FSDP2)."""
+    if not _active():
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def all_reduce_sum(values: list[float]) -> list[float]:
+    if not _active() or not values:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return [float(x) for x in t]
+
+
+def all_reduce_max(value: float) -> float:
+    if not _active():
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t[0])
+
+
+def gather_cat(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate a 1-D tensor from every rank (rank order)."""
+    if not _active():
+        return t
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, t.cpu())
+    return torch.cat(parts)
+
+
+def gather_labels(labels: list[str]) -> list[str]:
+    """Concatenate a list of strings from every rank (rank order, matching :func:`gather_cat`)."""
+    if not _active():
+        return labels
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, labels)
+    return [x for p in parts for x in p]

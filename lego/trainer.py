@@ -1,0 +1,368 @@
+"""The GSPO trainer: recompute, fidelity, loss, update — on exactly the tokens the policy sampled.
+
+One :meth:`Trainer.step` is one optimizer update over a batch of :class:`TrainItem` (a recorded
+segment + its advantage + which episode and harness it came from):
+
+1. **recompute** log π_old on the recorded ids at ``algorithm.temperature`` (logits / T, then
+   log-softmax), micro-batch by micro-batch, with no gradient;
+2. **fidelity**: compare with the engine's recorded logprobs over mask-1 tokens
+   (:mod:`lego.algos.fidelity`); the gate raises :class:`FidelityError` *before* a bad update;
+3. **loss**: per-token weights for the whole batch first (an episode, not a segment, is the unit;
+   see :func:`lego.algos.token_weights`), then each micro-batch's loss is its share of the
+   full-batch loss, so gradient accumulation over any micro-batch size gives the same gradient;
+4. **update**: gradient clipping, AdamW.
+
+Simplifications, stated: one optimizer update per batch, so π_old is the current policy and every
+ratio is 1 (GSPO's clip only matters for the off-policy gap, which truncated importance sampling,
+``algorithm.tis_cap``, covers). The model runs in eval mode (no dropout), as the engine does, so
+the recompute matches the engine's forward pass. Sequences are right-padded per micro-batch.
+
+Distributed: under ``torchrun`` (see :mod:`lego.distributed`) each rank takes an interleaved
+share of the micro-batches of the same globally-weighted batch and FSDP2 sums the gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import AutoModelForCausalLM
+
+from lego import distributed as dist_utils
+from lego.algos import FidelityGate, fidelity_metrics, policy_loss_for, token_weights
+from lego.config import LegoConfig
+from lego.errors import ModelError
+from lego.types import Segment, Trajectory
+
+__all__ = ["TrainItem", "Trainer", "items_from_trajectories"]
+
+_SUMMED = frozenset({"actor/tokens", "actor/pg_loss", "actor/kl_loss"})
+"""Metrics added across micro-batches as they are (counts, and losses already weighted for the whole batch)."""
+
+
+class TrainItem(BaseModel):
+    """One segment to optimise on, with what the loss needs to know about its trajectory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    segment: Segment
+    advantage: float = Field(description="The trajectory's group-normalised advantage (lego.algos.group_advantages).")
+    episode_id: str = Field(description="Segments of one trajectory share it, so the trajectory counts once.")
+    harness: str = Field("", description="Harness that produced it (per-harness fidelity breakdown).")
+    weight: float = Field(1.0, ge=0, description="Multiplies this segment's token weights (guards' down-weighting).")
+
+
+def items_from_trajectories(trajectories: Sequence[Trajectory], advantages: Sequence[float]) -> list[TrainItem]:
+    """Every segment with at least one sampled token, tagged with its trajectory's advantage.
+
+    Infrastructure failures are dropped (masked out of the loss, never scored 0)."""
+    items = []
+    for traj, adv in zip(trajectories, advantages, strict=True):
+        if traj.is_infra_failure:
+            continue
+        for seg in traj.segments:
+            if seg.num_sampled:
+                items.append(TrainItem(segment=seg, advantage=adv, episode_id=traj.trajectory_id, harness=traj.harness))
+    return items
+
+
+class _MicroBatch:
+    """Right-padded tensors for a few segments. ``R`` = longest response in the micro-batch."""
+
+    def __init__(self, items: Sequence[TrainItem], device: torch.device, pad_id: int = 0) -> None:
+        segs = [it.segment for it in items]
+        lens = [len(s.prompt_ids) + len(s.response_ids) for s in segs]
+        self.prompt_lens = [len(s.prompt_ids) for s in segs]
+        self.resp_lens = [len(s.response_ids) for s in segs]
+        b, length, r = len(segs), max(lens), max(max(self.resp_lens), 1)
+        self.input_ids = torch.full((b, length), pad_id, dtype=torch.long)  # (B, L)
+        self.attention_mask = torch.zeros(b, length, dtype=torch.long)  # (B, L)
+        self.mask = torch.zeros(b, r, dtype=torch.long)  # (B, R) sampled tokens
+        self.rollout_logp = torch.zeros(b, r, dtype=torch.float32)  # (B, R)
+        self.resp_ids = torch.zeros(b, r, dtype=torch.long)  # (B, R)
+        self.gather_pos = torch.zeros(b, r, dtype=torch.long)  # (B, R) logits position predicting each token
+        for i, s in enumerate(segs):
+            ids = s.prompt_ids + s.response_ids
+            self.input_ids[i, : len(ids)] = torch.tensor(ids)
+            self.attention_mask[i, : len(ids)] = 1
+            n = len(s.response_ids)
+            if n:
+                self.resp_ids[i, :n] = torch.tensor(s.response_ids)
+                self.mask[i, :n] = torch.tensor(s.response_mask)
+                self.rollout_logp[i, :n] = torch.tensor([lp if lp is not None else 0.0 for lp in s.response_logprobs])
+                self.gather_pos[i, :n] = torch.arange(n) + len(s.prompt_ids) - 1
+        for name in ("input_ids", "attention_mask", "mask", "rollout_logp", "resp_ids", "gather_pos"):
+            setattr(self, name, getattr(self, name).to(device))
+
+
+class Trainer:
+    """Holds the policy being trained, its optimizer and the fidelity gate.
+
+    ``Trainer(model_dir, config)`` loads ``model_dir`` (a Hugging Face causal-LM directory) with
+    ``training.dtype``, wraps it with LoRA when ``training.finetune == "lora"``, and builds AdamW
+    over the trainable parameters. ``step_count`` counts completed updates.
+    """
+
+    def __init__(self, model_dir: str | Path, config: LegoConfig, device: str | torch.device | None = None) -> None:
+        self.config = config
+        self.model_dir = Path(model_dir)
+        self.algo = config.algorithm
+        self.train_cfg = config.training
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = torch.bfloat16 if self.train_cfg.dtype == "bfloat16" else torch.float32
+        self.dist = dist_utils.current()
+        torch.manual_seed(self.train_cfg.seed)
+        try:
+            model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=self.dtype)
+        except (OSError, ValueError) as exc:
+            raise ModelError(
+                f"cannot load a causal LM from {self.model_dir}: {exc}; pass a Hugging Face model directory"
+            ) from exc
+        model.to(self.device)
+        self.reference: torch.nn.Module | None = None
+        if self.train_cfg.finetune == "lora":
+            model = self._wrap_lora(model)
+        elif self.algo.kl_coef > 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        model.eval()  # no dropout: the recompute must match the engine's forward pass
+        if self.dist.world_size > 1:
+            dist_utils.shard_model(model)
+        self.model = model
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=self.train_cfg.lr, betas=self.train_cfg.betas, weight_decay=self.train_cfg.weight_decay
+        )
+        self.loss_fn = policy_loss_for(self.algo)
+        self.gate = FidelityGate(self.train_cfg.fidelity.min_pearson, self.train_cfg.fidelity.patience)
+        self.step_count = 0
+
+    def _wrap_lora(self, model: torch.nn.Module) -> torch.nn.Module:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError as exc:
+            raise ModelError("training.finetune='lora' needs peft: pip install 'lego-rl[lora]'") from exc
+        cfg = LoraConfig(
+            r=self.train_cfg.lora_rank,
+            lora_alpha=self.train_cfg.lora_alpha,  # type: ignore[arg-type]  # peft accepts floats
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, cfg)  # type: ignore[arg-type, no-any-return]
+
+    # ---- forward passes -------------------------------------------------------------------------
+
+    def _chunks(self, n: int) -> list[list[int]]:
+        mb = self.train_cfg.micro_batch_size
+        return [list(range(i, min(i + mb, n))) for i in range(0, n, mb)]
+
+    def _token_logp(
+        self, mb: _MicroBatch, model: torch.nn.Module | None = None, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """log p(response token | prefix) at ``algorithm.temperature``: (B, R), and entropy (B, R)."""
+        net = self.model if model is None else model
+        logits = net(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits  # (B, L, V)
+        idx = mb.gather_pos[..., None].expand(-1, -1, logits.shape[-1])
+        resp_logits = torch.gather(logits, 1, idx).float() / self.algo.temperature  # (B, R, V)
+        logz = torch.logsumexp(resp_logits, dim=-1)  # (B, R)
+        logp = resp_logits.gather(-1, mb.resp_ids[..., None]).squeeze(-1) - logz
+        entropy = None
+        if with_entropy:
+            with torch.no_grad():
+                probs = torch.softmax(resp_logits, dim=-1)
+                entropy = logz - (probs * resp_logits).sum(-1)
+        return logp, entropy
+
+    @torch.no_grad()
+    def _recompute_batches(self, batches: list[_MicroBatch]) -> list[torch.Tensor]:
+        return [self._token_logp(mb)[0] for mb in batches]
+
+    def recompute(self, items: Sequence[TrainItem]) -> list[list[float]]:
+        """log π(token | prefix) at ``algorithm.temperature`` for every response position of every
+        item (sampled or not), on exactly the recorded ids, with the current weights."""
+        out: list[list[float]] = []
+        for chunk in self._chunks(len(items)):
+            mb = _MicroBatch([items[i] for i in chunk], self.device)
+            (logp,) = self._recompute_batches([mb])
+            for row, n in enumerate(mb.resp_lens):
+                out.append(logp[row, :n].tolist())
+        return out
+
+    # ---- the update -----------------------------------------------------------------------------
+
+    def _weights(self, items: Sequence[TrainItem]) -> list[torch.Tensor]:
+        """Per-item token weights (length = response length) for the whole batch, episodes as units."""
+        episodes = {e: i for i, e in enumerate(dict.fromkeys(it.episode_id for it in items))}
+        r = max(max(len(it.segment.response_ids) for it in items), 1)
+        mask = torch.zeros(len(items), r, dtype=torch.long)
+        for i, it in enumerate(items):
+            mask[i, : len(it.segment.response_mask)] = torch.tensor(it.segment.response_mask, dtype=torch.long)
+        ep = torch.tensor([episodes[it.episode_id] for it in items])
+        w = token_weights(mask, self.algo.aggregation, ep)
+        return [w[i, : len(it.segment.response_ids)] * it.weight for i, it in enumerate(items)]
+
+    def step(
+        self, items: Sequence[TrainItem], rollout_logprobs: Sequence[Sequence[float | None]] | None = None
+    ) -> dict[str, float]:
+        """One update: recompute -> fidelity (gate) -> loss -> backward per micro-batch -> clip -> AdamW.
+
+        ``rollout_logprobs`` overrides the engine logprobs recorded on the segments (one list per item,
+        aligned with ``response_ids``). Returns the step's metrics (see the README of metrics)."""
+        if not items:
+            raise ValueError("Trainer.step needs at least one TrainItem; skip the update when a step has no data")
+        t0 = time.perf_counter()
+        if rollout_logprobs is not None:
+            items = [
+                it.model_copy(update={"segment": it.segment.model_copy(update={"response_logprobs": list(lp)})})
+                for it, lp in zip(items, rollout_logprobs, strict=True)
+            ]
+        weights = self._weights(items)
+        chunks = [c for k, c in enumerate(self._chunks(len(items))) if k % self.dist.world_size == self.dist.rank]
+        batches = [_MicroBatch([items[i] for i in c], self.device) for c in chunks]
+        old = self._recompute_batches(batches)
+        t_recompute = time.perf_counter() - t0
+
+        roll: list[torch.Tensor] = []
+        act: list[torch.Tensor] = []
+        harness: list[str] = []
+        for c, mb, o in zip(chunks, batches, old, strict=True):
+            sel = mb.mask.bool()
+            roll.append(mb.rollout_logp[sel])
+            act.append(o[sel])
+            rows = sel.nonzero()[:, 0].tolist()
+            harness.extend(items[c[r]].harness or "unknown" for r in rows)
+        fid = fidelity_metrics(
+            dist_utils.gather_cat(torch.cat(roll).double()),
+            dist_utils.gather_cat(torch.cat(act).double()),
+            dist_utils.gather_labels(harness),
+        )
+        self.gate.observe(fid)
+
+        # Episode token counts over the whole batch: GSPO's Δ pools an episode's segments.
+        ep_tokens: dict[str, float] = {}
+        for it in items:
+            ep_tokens[it.episode_id] = ep_tokens.get(it.episode_id, 0.0) + it.segment.num_sampled
+        sums: dict[str, float] = {}  # token-weighted sums, except the already-normalised loss terms
+        ratio_max, ratio_min = float("-inf"), float("inf")
+        for c, mb, o in zip(chunks, batches, old, strict=True):
+            logp, entropy = self._token_logp(mb, with_entropy=True)
+            mb_items = [items[i] for i in c]
+            w = torch.zeros_like(logp)
+            for row, i in enumerate(c):
+                w[row, : len(weights[i])] = weights[i].to(self.device)
+            adv = torch.tensor([it.advantage for it in mb_items], device=self.device)
+            delta = self._episode_delta(mb_items, o, logp, mb.mask, ep_tokens)
+            ref = self._ref_logp(mb) if self.algo.kl_coef > 0 else None
+            loss, m = self.loss_fn(
+                o, logp, adv, mb.mask, self.algo,
+                token_weight=w, seq_log_ratio=delta, rollout_logp=mb.rollout_logp, ref_logp=ref,
+            )  # fmt: skip
+            (loss * self.dist.world_size).backward()  # FSDP averages over ranks; our weights already sum to 1
+            n = m["actor/tokens"]
+            ratio_max, ratio_min = max(ratio_max, m.pop("actor/ratio_max")), min(ratio_min, m.pop("actor/ratio_min"))
+            if entropy is not None:
+                m["actor/entropy"] = float((entropy * mb.mask).sum() / max(n, 1.0))
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + (v if k in _SUMMED else v * n)
+
+        grad_norm = self._clip_and_step()
+        metrics = self._reduce_metrics(sums, ratio_max, ratio_min)
+        wall = time.perf_counter() - t0
+        metrics.update(fid)
+        metrics.update(
+            {
+                "actor/grad_norm": grad_norm,
+                "actor/lr": self.optimizer.param_groups[0]["lr"],
+                "actor/segments": float(len(items)),
+                "actor/episodes": float(len(ep_tokens)),
+                "perf/trainer_step_s": wall,
+                "perf/recompute_s": t_recompute,
+                "perf/tokens_per_s": metrics["actor/tokens"] / wall if wall > 0 else 0.0,
+            }
+        )
+        self.step_count += 1
+        return metrics
+
+    def _episode_delta(
+        self,
+        mb_items: list[TrainItem],
+        old: torch.Tensor,
+        logp: torch.Tensor,
+        mask: torch.Tensor,
+        ep_tokens: dict[str, float],
+    ) -> torch.Tensor:
+        """GSPO's Δ per row, pooled over the row's episode.
+
+        The weights do not change between micro-batches, so the episode's rows in other micro-batches
+        have log πθ == log π_old and add 0 to the numerator; the denominator counts all of them."""
+        diff = ((logp.detach() - old) * mask).sum(-1)  # (B,)
+        keys = [it.episode_id for it in mb_items]
+        num: dict[str, torch.Tensor] = {}
+        for k, d in zip(keys, diff, strict=True):
+            num[k] = num.get(k, torch.zeros((), device=diff.device)) + d
+        return torch.stack([num[k] / max(ep_tokens[k], 1.0) for k in keys])
+
+    @torch.no_grad()
+    def _ref_logp(self, mb: _MicroBatch) -> torch.Tensor:
+        if self.reference is not None:
+            return self._token_logp(mb, model=self.reference)[0]
+        with self.model.disable_adapter():  # type: ignore[operator]  # LoRA: the base model is the reference
+            return self._token_logp(mb)[0]
+
+    def _clip_and_step(self) -> float:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        max_norm = self.train_cfg.grad_clip if self.train_cfg.grad_clip is not None else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def _reduce_metrics(self, sums: dict[str, float], rmax: float, rmin: float) -> dict[str, float]:
+        keys = sorted(sums)
+        out = dict(zip(keys, dist_utils.all_reduce_sum([sums[k] for k in keys]), strict=True))
+        n = max(out.get("actor/tokens", 0.0), 1.0)
+        out = {k: (v if k in _SUMMED else v / n) for k, v in out.items()}
+        out["actor/ratio_max"] = dist_utils.all_reduce_max(rmax)
+        out["actor/ratio_min"] = -dist_utils.all_reduce_max(-rmin)
+        return out
+
+    # ---- weights out ----------------------------------------------------------------------------
+
+    def engine_state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's full weights under the base model's Hugging Face names (LoRA merged in),
+        detached copies — what an in-process engine's ``load_weights`` takes."""
+        if self.train_cfg.finetune != "lora":
+            return {k: v.detach().clone() for k, v in dist_utils.full_state_dict(self.model).items()}
+        from peft.tuners.lora import LoraLayer
+
+        base = self.model.get_base_model()  # type: ignore[operator]
+        out: dict[str, torch.Tensor] = {}
+        for name, tensor in base.state_dict().items():
+            if ".lora_" in name:
+                continue
+            out[name.replace(".base_layer.", ".")] = tensor.detach().clone()
+        for mod_name, module in base.named_modules():
+            if isinstance(module, LoraLayer) and "default" in module.lora_A:
+                key = f"{mod_name}.weight"
+                delta = module.get_delta_weight("default")  # type: ignore[attr-defined]
+                out[key] = (out[key].float() + delta.float()).to(out[key].dtype)
+        return out
+
+    def save(self, run_dir: str | Path, extra: dict[str, Any] | None = None, export_merged: bool = False) -> Path:
+        """Write a checkpoint under ``run_dir/checkpoints`` (see :mod:`lego.checkpoint`)."""
+        from lego.checkpoint import save_checkpoint
+
+        return save_checkpoint(self, run_dir, extra=extra, export_merged=export_merged)
+
+    def load(self, checkpoint_dir: str | Path) -> dict[str, Any]:
+        """Restore weights, optimizer, RNG, step and gate from a checkpoint; returns its ``extra``."""
+        from lego.checkpoint import restore_checkpoint
+
+        return restore_checkpoint(self, checkpoint_dir)

@@ -1,0 +1,116 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from lego.algos import PEARSON
+from lego.errors import FidelityError
+from lego.trainer import Trainer, TrainItem, items_from_trajectories
+from lego.types import Trajectory
+
+
+def _forward_logprobs(model_dir, items, temperature=1.0):
+    """An independent forward pass per segment (no batching, no padding)."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    out = []
+    with torch.no_grad():
+        for it in items:
+            s = it.segment
+            logits = model(input_ids=torch.tensor([s.input_ids])).logits[0].float() / temperature
+            logp = torch.log_softmax(logits, -1)
+            p = len(s.prompt_ids)
+            out.append([float(logp[p - 1 + j, t]) for j, t in enumerate(s.response_ids)])
+    return out
+
+
+def test_recompute_matches_an_independent_forward_pass(model_dir, items, make_config):
+    trainer = Trainer(model_dir, make_config(micro_batch_size=3))
+    got = trainer.recompute(items)
+    want = _forward_logprobs(model_dir, items)
+    assert [len(g) for g in got] == [len(it.segment.response_ids) for it in items]
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, abs=1e-5)
+    # and the engine-recorded logprobs (sampled at the same temperature) agree on every sampled token
+    for g, it in zip(got, items, strict=True):
+        for lp, m, r in zip(g, it.segment.response_mask, it.segment.response_logprobs, strict=True):
+            if m:
+                assert lp == pytest.approx(r, abs=1e-5)
+
+
+def test_recompute_at_run_temperature(model_dir, items, make_config):
+    cfg = make_config()
+    cfg.algorithm.temperature = 0.7
+    got = Trainer(model_dir, cfg).recompute(items[:2])
+    want = _forward_logprobs(model_dir, items[:2], temperature=0.7)
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, abs=1e-5)
+
+
+def test_step_reports_metrics_and_changes_weights(model_dir, items, make_config):
+    trainer = Trainer(model_dir, make_config(micro_batch_size=4))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    m = trainer.step(items)
+    assert m[PEARSON] > 0.9999
+    assert m[PEARSON + "/ha"] > 0.9999 and m[PEARSON + "/hb"] > 0.9999
+    assert m["actor/ratio_max"] == 1.0 and m["actor/ratio_min"] == 1.0  # one update per batch: on-policy
+    assert m["actor/pg_clipfrac"] == 0.0
+    assert m["actor/tokens"] == sum(it.segment.num_sampled for it in items)
+    assert m["actor/entropy"] > 0 and m["actor/grad_norm"] > 0
+    for key in (
+        "rollout_corr/kl",
+        "rollout_corr/k3_kl",
+        "rollout_corr/chi2_token",
+        "rollout_corr/ess_frac",
+        "training/rollout_probs_diff_max",
+        "perf/tokens_per_s",
+        "actor/segments",
+        "actor/episodes",
+    ):
+        assert key in m
+    assert trainer.step_count == 1
+    after = trainer.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    # the next recompute sees the new policy: ratios vs the rollout are no longer 1
+    m2 = trainer.step(items)
+    assert m2["rollout_corr/kl"] != 0.0
+
+
+def test_fidelity_gate_stops_a_temperature_mismatch(model_dir, items, make_config):
+    cfg = make_config()
+    cfg.algorithm.temperature = 0.25  # engine sampled at 1.0
+    cfg.training.fidelity.patience = 2
+    trainer = Trainer(model_dir, cfg)
+    trainer.step(items)
+    with pytest.raises(FidelityError, match=r"training/rollout_actor_probs_pearson_corr = 0\.\d+ .*0\.99"):
+        trainer.step(items)
+    assert trainer.step_count == 1  # the bad update was never applied
+
+
+def test_rollout_logprobs_override(model_dir, items, make_config):
+    trainer = Trainer(model_dir, make_config())
+    shifted = [[(lp - 0.5) if lp is not None else None for lp in it.segment.response_logprobs] for it in items]
+    m = trainer.step(items, rollout_logprobs=shifted)
+    assert m["rollout_corr/kl"] == pytest.approx(-0.5, abs=1e-4)
+
+
+def test_tis_and_kl_options_run(model_dir, items, make_config):
+    cfg = make_config()
+    cfg.algorithm.tis_cap = 2.0
+    cfg.algorithm.kl_coef = 0.1
+    trainer = Trainer(model_dir, cfg)
+    trainer.step(items)
+    m = trainer.step(items)
+    assert m["actor/tis_weight_mean"] > 0
+    assert m["actor/ref_kl"] > 0  # policy has moved away from the frozen reference
+
+
+def test_items_from_trajectories_drops_infra_failures(items):
+    ok = Trajectory(trajectory_id="t1", session_id="s", harness="h", segments=[items[0].segment, items[1].segment])
+    bad = Trajectory(trajectory_id="t2", session_id="s", segments=[items[2].segment], termination="env_error")
+    out = items_from_trajectories([ok, bad], [0.5, 1.0])
+    assert [(o.episode_id, o.advantage, o.harness) for o in out] == [("t1", 0.5, "h"), ("t1", 0.5, "h")]
+    assert isinstance(out[0], TrainItem)
+
+
+def test_empty_batch_is_refused(model_dir, make_config):
+    with pytest.raises(ValueError, match="at least one TrainItem"):
+        Trainer(model_dir, make_config()).step([])
