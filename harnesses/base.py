@@ -1,7 +1,8 @@
 """The harness registry and what every adapter shares: launching the harness in the sandbox and
 turning how it ended into a :class:`~lego.types.HarnessResult`.
 
-An adapter implements :class:`lego.seams.Harness` (``name``, ``version()``, ``prepare``, ``run``).
+An adapter implements :class:`lego.seams.Harness` (``name``, ``version()``, ``prepare``, ``run``)
+and ``ro_binds()``: the host paths whoever creates the sandbox must bind read-only for it.
 It only writes environment variables and config files and launches the harness's own CLI or SDK
 entry point inside the sandbox; it never patches the harness. Installs live under
 ``lego.paths.data_dir()/harnesses/<name>/`` (see :mod:`harnesses.install`), which the sandbox
@@ -117,6 +118,16 @@ class InstalledHarness:
     @property
     def install_dir(self) -> Path:
         return self.install_spec.install_dir(self.name)
+
+    def ro_binds(self) -> list[Path]:
+        """Host paths the sandbox must bind read-only (same path inside) for this harness to run:
+        its install dir and, for a venv on an interpreter outside /usr, that interpreter's prefix."""
+        binds = [self.install_dir]
+        if self.install_spec.kind == "pip":
+            prefix = Path(self.install_spec.python).resolve().parent.parent
+            if not str(prefix).startswith("/usr"):
+                binds.append(prefix)
+        return binds
 
     def executable(self) -> str:
         """Absolute path of the harness entry point (same path inside the sandbox: read-only bind)."""

@@ -6,12 +6,13 @@ sandbox's private home and ``run`` starts it with the sandbox's ``python3``.
 
 from __future__ import annotations
 
+from importlib.metadata import version as package_version
+from pathlib import Path
 from typing import ClassVar
 
 from harnesses.base import json_lines, result_from_exec, sandbox_home
 from harnesses.lego_agent import AGENT_FILE
 from harnesses.lego_agent.agent import EXIT_MAX_TURNS, EXIT_OVERLONG, FORMAT_VERSION
-from lego import __version__ as lego_version
 from lego.seams import Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task, TerminationLabel
 
@@ -31,7 +32,11 @@ class LegoAgentHarness:
         self.agent_path = ""
 
     def version(self) -> str:
-        return f"{lego_version}+format{FORMAT_VERSION}"
+        return f"{package_version('lego-rl')}+format{FORMAT_VERSION}"
+
+    def ro_binds(self) -> list[Path]:
+        """Nothing to bind: the script is copied into the sandbox and runs on its ``python3``."""
+        return []
 
     def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
         self.agent_path = f"{sandbox_home(sandbox)}/.lego-agent/agent.py"
