@@ -22,7 +22,7 @@ import numpy as np
 from eval.estimators import bootstrap_ci, mean_pass_at_k, paired_bootstrap, sign_flip_pvalue
 from eval.results import CellSummary, DeltaSummary, EvalResults, EvalSpec, SampleResult, TransferRow
 
-__all__ = ["assign_bases", "summarize", "summarize_cell"]
+__all__ = ["assign_bases", "cell_metrics", "summarize", "summarize_cell"]
 
 
 def _mean(xs: list[float]) -> float:
@@ -132,16 +132,35 @@ def summarize(spec: EvalSpec, samples: list[SampleResult]) -> EvalResults:
     ]
     pass1 = {(c.policy, c.harness): c.pass1 for c in cells}
     delta_of = {(d.policy, d.harness): d.delta for d in deltas}
+    # rows in the column order of their training harness, so the diagonal is "evaluated where trained"
+    order = {h: i for i, h in enumerate(spec.harnesses)}
+    trained = [p for p in spec.policies if p.trained_harness]
     transfer = [
         TransferRow(
             policy=p.name,
-            trained_harness=p.trained_harness,
+            trained_harness=p.trained_harness or "",
             pass1={h: pass1[(p.name, h)] for h in spec.harnesses if (p.name, h) in pass1},
             delta={h: delta_of[(p.name, h)] for h in spec.harnesses if (p.name, h) in delta_of},
         )
-        for p in sorted(spec.policies, key=lambda p: (p.trained_harness or "", p.name))
-        if p.trained_harness
+        for p in sorted(trained, key=lambda p: (order.get(p.trained_harness or "", len(order)), p.name))
     ]
     return EvalResults(
         spec=spec, samples=kept, cells=cells, deltas=deltas, transfer=transfer, missing=len(wanted) - len(kept)
     )
+
+
+def cell_metrics(cell: CellSummary, prefix: str = "val") -> dict[str, float]:
+    """A cell as flat, namespaced metrics for ``metrics.jsonl`` (validation during training):
+    ``val/pass1``, ``val/pass1_ci_low``, ``val/pass@k``, ``val/infra_rate``, ... suffixed ``@<harness>``
+    so `lego report` draws them in its per-harness breakdown."""
+    h = f"@{cell.harness}"
+    out = {
+        f"{prefix}/pass1{h}": cell.pass1,
+        f"{prefix}/pass1_ci_low{h}": cell.ci_low,
+        f"{prefix}/pass1_ci_high{h}": cell.ci_high,
+        f"{prefix}/infra_rate{h}": cell.infra_rate,
+        f"{prefix}/mean_turns{h}": cell.mean_turns,
+        f"{prefix}/mean_completion_tokens{h}": cell.mean_completion_tokens,
+    }
+    out.update({f"{prefix}/pass@{k}{h}": v for k, v in cell.pass_at_k.items()})
+    return out

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from eval.cli import eval_group, load_tasks, parse_policies
-from eval.matrix import assign_bases
+from eval.matrix import assign_bases, cell_metrics
 from eval.report import render, render_dir
 from eval.results import CHECKPOINT_META_FILE, EvalSpec, SampleKey, SampleResult, read_checkpoint_meta
 from eval.runner import run_eval
@@ -73,6 +73,8 @@ def test_transfer_matrix_deltas_and_self_contained_report(tmp_path: Path) -> Non
     assert d.delta == pytest.approx(cells[("rl", "h1")].pass1 - cells[("base", "h1")].pass1, abs=0.13)
     assert 0 < d.p_value <= 1 and 0 < d.p_value_sign_flip <= 1 and d.ci_low <= d.delta <= d.ci_high
     assert all(c.pass1 == 1.0 and c.pass_at_k[3] == 1.0 for c in res.cells if c.policy == "oracle")
+    m = cell_metrics(cells[("rl", "h1")])
+    assert m["val/pass1@h1"] == cells[("rl", "h1")].pass1 and m["val/pass@3@h1"] == cells[("rl", "h1")].pass_at_k[3]
 
     html_path = render(res, out)
     html = html_path.read_text()
