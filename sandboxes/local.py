@@ -198,6 +198,7 @@ class LocalSandbox:
         with os.fdopen(args_w, "wb") as f:
             f.write(b"".join(x.encode() + b"\0" for x in args))
         self._ns_pid = self._read_child_pid(info_r)
+        self._wait_init(init[0])
         if proxy_uds is not None:
             self._wait_listening(port)
             self.proxy_port = port
@@ -215,6 +216,21 @@ class LocalSandbox:
                     return int(json.loads(buf)["child-pid"])
         err = self._init.stderr.read().decode(errors="replace") if self._init and self._init.stderr else ""
         raise SandboxError(f"bubblewrap did not start: {err.strip() or 'no output'}; check `bwrap --version` works")
+
+    def _wait_init(self, comm: str) -> None:
+        """Wait until bwrap has built the filesystem and exec'd the init command (``comm``):
+        the info-fd reports the pid before the mounts exist, and an exec before then finds no /bin."""
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                for kid in Path(f"/proc/{self._ns_pid}/task/{self._ns_pid}/children").read_text().split():
+                    if Path(f"/proc/{kid}/comm").read_text().strip() == comm:
+                        return
+            if self._init is not None and self._init.poll() is not None:
+                break
+            time.sleep(0.001)
+        err = self._init.stderr.read().decode(errors="replace") if self._init and self._init.stderr else ""
+        raise SandboxError(f"the sandbox init ({comm}) did not start: {err.strip() or 'timed out'}")
 
     def _wait_listening(self, port: int) -> None:
         needle = f"0100007F:{port:04X}"

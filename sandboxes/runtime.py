@@ -84,6 +84,8 @@ def _build(dest: Path, final: Path) -> None:
             target = site / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, target)
+    # Precompiled bytecode: the venv is read-only inside sandboxes, so nothing could cache it there.
+    subprocess.run([str(base_python), "-m", "compileall", "-q", "-j", "0", str(site)], check=True, capture_output=True)
     # Console scripts (pytest, py.test) with this venv's interpreter in the shebang.
     for entry in md.distribution("pytest").entry_points:
         if entry.group != "console_scripts":

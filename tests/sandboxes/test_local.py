@@ -1,0 +1,152 @@
+"""The local bubblewrap backend: the Sandbox protocol, isolation properties, the proxy bridge."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socketserver
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sbx_fixtures import git_in, make_task
+
+from lego.config import SandboxConfig
+from lego.errors import SandboxError, TaskError
+from lego.seams import Sandbox
+from lego.types import Task
+from sandboxes.base import descendants
+from sandboxes.factory import create_sandbox
+from sandboxes.guards import verify_history_strip
+from sandboxes.local import REPO_DIR, LocalSandbox
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.fixture
+def sb(calc_task: Task) -> Iterator[LocalSandbox]:
+    box = LocalSandbox(calc_task, SandboxConfig())
+    yield box
+    box.close()
+
+
+def test_protocol_and_layout(sb: LocalSandbox) -> None:
+    assert isinstance(sb, Sandbox)
+    assert sb.repo_dir == REPO_DIR and sb.proxy_port is None and sb.history_strip
+    res = sb.exec("id -u; pwd; echo $HOME; ls")
+    assert res.exit_code == 0, res.stderr
+    uid, cwd, home, *files = res.stdout.split()
+    assert (uid, cwd, home) == ("1000", "/repo", "/home/agent")
+    assert set(files) == {"calc", "tests"}
+    assert sb.exec(["python", "-c", "import pytest, sys; print(sys.version_info[0])"]).stdout.strip() == "3"
+    assert sb.exec("pwd", cwd="calc").stdout.strip() == "/repo/calc"
+    assert sb.exec("echo $FOO", env={"FOO": "bar"}).stdout.strip() == "bar"
+    assert sb.exec("exit 3").exit_code == 3
+
+
+def test_read_write_diff(sb: LocalSandbox) -> None:
+    sb.write("calc/__init__.py", b"def add(a, b):\n    return a + b\n")
+    sb.write("/home/agent/.config/x.json", b"{}")
+    assert sb.read("/home/agent/.config/x.json") == b"{}"
+    assert b"a + b" in sb.read("calc/__init__.py")
+    sb.exec("python -c 'import calc'")  # leaves __pycache__ behind
+    sb.exec("git add -A && git -c user.name=a -c user.email=a@a commit -qm wip")  # moving HEAD hides nothing
+    diff = sb.diff()
+    assert "+    return a + b" in diff and "__pycache__" not in diff and ".pyc" not in diff
+    with pytest.raises(SandboxError):
+        sb.read("does/not/exist")
+
+
+def test_state_persists_between_execs_and_close_kills_everything(calc_task: Task) -> None:
+    box = LocalSandbox(calc_task, SandboxConfig())
+    box.exec("nohup sleep 300 >/dev/null 2>&1 &")
+    assert "sleep" in box.exec("ps -eo comm").stdout  # the background process outlived its exec
+    inside = [int(p) for p in descendants(box._ns_pid)] + [box._ns_pid]
+    box.close()
+    assert not [p for p in inside if _alive(p)]
+    assert not box.host_dir.exists()
+    with pytest.raises(SandboxError, match="closed"):
+        box.exec("true")
+
+
+def test_system_is_read_only_and_secrets_masked(sb: LocalSandbox) -> None:
+    assert sb.exec("touch /usr/x").exit_code != 0
+    assert sb.exec("touch /etc/x").exit_code != 0
+    assert sb.exec(f"touch {sb.runtime.venv}/x").exit_code != 0
+    assert sb.exec("cat /etc/shadow").stdout == ""
+    assert sb.exec("ls /work /opt /mnt 2>&1").exit_code != 0
+    assert sb.exec("grep Cap[EP] /proc/self/status").stdout.split()[1::2] == ["0000000000000000"] * 2
+
+
+def test_history_strip_of_a_repo_with_history(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    repo = Path(task.repo_path or "")
+    assert not verify_history_strip(repo)  # a normal repo: has reflog, a branch
+    git_in(repo, "checkout", "-qb", "fix")
+    (repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b  # THE-FIX\n")
+    git_in(repo, "commit", "-qam", "fix")
+    git_in(repo, "checkout", "-q", "-")
+    with LocalSandbox(task, SandboxConfig()) as box:
+        assert box.history_strip and verify_history_strip(box.root)
+        dig = box.exec(
+            "git log --all --oneline | wc -l; git rev-list --all --objects | cut -d' ' -f1 | git cat-file --batch"
+        )
+        assert dig.stdout.startswith("1\n") and "THE-FIX" not in dig.stdout
+        assert box.exec("grep -r THE-FIX .git; git remote; git reflog").stdout.strip() == ""
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"via-proxy")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _UnixHTTP(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def test_proxy_bridge_is_the_way_out(calc_task: Task, tmp_path: Path) -> None:
+    sock = tmp_path / "proxy.sock"
+    server = _UnixHTTP(str(sock), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        box = create_sandbox(SandboxConfig(), calc_task, proxy_uds=sock)
+        try:
+            assert box.proxy_port is not None
+            res = box.exec(f"curl -s http://127.0.0.1:{box.proxy_port}/v1/models")
+            assert res.stdout == "via-proxy", res
+        finally:
+            box.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_missing_bubblewrap_refuses_unless_unsafe(
+    calc_task: Task, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without bwrap: what a machine without it sees
+    with pytest.raises(SandboxError, match="apt-get install bubblewrap"):
+        LocalSandbox(calc_task, SandboxConfig())
+    monkeypatch.setenv("PATH", os.defpath)
+    with LocalSandbox(calc_task, SandboxConfig(unsafe_no_isolation=True)) as box:
+        assert not box.isolated and box.repo_dir == str(box.root)
+        box.write("calc/__init__.py", b"def add(a, b):\n    return a + b\n")
+        assert "+    return a + b" in box.diff()
+
+
+def test_missing_repo_is_a_task_error(calc_task: Task, tmp_path: Path) -> None:
+    bad = calc_task.model_copy(update={"repo_path": str(tmp_path / "nope")})
+    with pytest.raises(TaskError, match="does not exist"):
+        LocalSandbox(bad, SandboxConfig())
