@@ -127,14 +127,17 @@ def run_eval(
                 on_sample(result)
 
     if todo:
-        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="lego-eval") as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="lego-eval")
+        try:
             futures = [pool.submit(task, k) for k in todo]
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in finished if f.exception() is not None]
-            if failed:
-                for f in futures:
-                    f.cancel()
-                raise failed[0].exception()  # type: ignore[misc]
+            errors = [e for f in finished if (e := f.exception()) is not None]
+            if errors:
+                raise errors[0]
+        finally:
+            # On an error or Ctrl-C: samples in flight finish and are saved; queued ones are dropped
+            # (a rerun picks them up).
+            pool.shutdown(wait=True, cancel_futures=True)
     results = summarize(spec, list(done.values()))
     save_results(out, results)
     return results
