@@ -1,0 +1,350 @@
+"""The in-process engine: a transformers causal LM behind a batching queue, CPU or CUDA.
+
+Concurrency model: ``generate`` is async and may be awaited by many tasks at once. Each call puts
+a request on a queue; one worker thread takes up to ``max_batch_size`` waiting requests, runs them
+together (left padding, an attention mask and explicit position ids so padding never changes a
+row's result; a KV cache; finished rows dropped from the batch as they finish) and resolves each
+request's future as soon as it is done. Requests arriving mid-batch wait for the next batch
+(static batching: simple, and the tiny model's steps are short).
+
+What the logprobs mean, exactly: for each sampled token, ``log_softmax(logits / T)[token]`` where
+``logits`` are the model's raw fp32 logits and ``T`` the request's temperature, computed BEFORE
+top-k / top-p truncation (truncation only decides which tokens may be drawn). For ``T == 0``
+(greedy) the logprob is taken at temperature 1. The sampler is lego's own loop, not
+``model.generate()``, which would silently apply top_k=50 unless told top_k=0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lego.config import EngineConfig
+from lego.engines.sampling import RowSampler
+from lego.errors import ContextOverflowError, EngineError, EngineUnavailableError, ModelError
+from lego.types import Generation, RequestContext, SamplingParams
+
+__all__ = ["TransformersEngine"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    max_tokens: int
+    seed: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Generation]
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    enqueued_at: float = field(default_factory=time.perf_counter)
+
+    def resolve(self, result: Generation | BaseException) -> None:
+        def _set() -> None:
+            if self.future.done():
+                return
+            if isinstance(result, BaseException):
+                self.future.set_exception(result)
+            else:
+                self.future.set_result(result)
+
+        self.loop.call_soon_threadsafe(_set)
+
+
+class TransformersEngine:
+    """Serve a Hugging Face causal LM in this process (see the module docstring for semantics).
+
+    ``model`` is the live ``torch.nn.Module``: an in-process trainer may share its tensors, in
+    which case it must update them inside ``with engine.paused():`` and then call
+    ``load_weights({})`` to bump ``policy_version``.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        device: str = "cpu",
+        dtype: str | torch.dtype | None = None,
+        max_batch_size: int = 16,
+        max_model_len: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        from lego.models.tiny import resolve_model
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ModelError("device 'cuda' was asked for but torch sees no CUDA GPU; use device='cpu' or 'auto'")
+        if dtype in (None, "auto"):
+            torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        else:
+            torch_dtype = dtype if isinstance(dtype, torch.dtype) else _DTYPES[dtype]
+        path = resolve_model(model_path)
+        try:
+            model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot load a causal LM from {path}: {exc}") from exc
+        self.model: Any = model.to(device).eval()
+        self.model_path = path
+        self.device = torch.device(device)
+        self.dtype = torch_dtype
+        self.max_batch_size = max_batch_size
+        own_len: int = getattr(self.model.config, "max_position_embeddings", None) or 32768
+        self.max_model_len: int = max_model_len or own_len
+        self.seed = seed
+        self.policy_version = 0
+        self.eos_token_ids = self._eos_ids(path, GenerationConfig)
+        self.pad_token_id = int(getattr(self.model.config, "pad_token_id", None) or self.eos_token_ids[0])
+        self._cache_kwarg = (
+            "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        )
+        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._lock = threading.Lock()  # held by the worker for a whole batch; weight swaps wait for it
+        self._worker: threading.Thread | None = None
+        self._closed = False
+        self._request_counter = 0
+        self.stats: dict[str, int] = {"batches": 0, "max_batch_size_seen": 0, "generated_tokens": 0}
+
+    @classmethod
+    def from_config(cls, cfg: EngineConfig) -> TransformersEngine:
+        return cls(
+            cfg.model,
+            device=cfg.device,
+            dtype=None if cfg.dtype == "auto" else cfg.dtype,
+            max_batch_size=cfg.max_batch_size,
+            max_model_len=cfg.max_model_len,
+            seed=cfg.seed,
+        )
+
+    def _eos_ids(self, path: Path, generation_config_cls: Any) -> list[int]:
+        ids: list[int] = []
+        sources: list[Any] = [getattr(self.model.config, "eos_token_id", None)]
+        try:
+            sources.insert(0, generation_config_cls.from_pretrained(str(path)).eos_token_id)
+        except OSError:
+            pass  # no generation_config.json: the model config's eos is all there is
+        for src in sources:
+            for tid in [src] if isinstance(src, int) else list(src or []):
+                if int(tid) not in ids:
+                    ids.append(int(tid))
+        if not ids:
+            raise ModelError(f"{path} names no eos_token_id in config.json or generation_config.json")
+        return ids
+
+    # ---- public API -------------------------------------------------------------------------
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+    ) -> Generation:
+        """Sample up to ``sampling.max_tokens`` tokens after ``prompt_ids``.
+
+        ``max_tokens`` is clamped to the room left in the context window; ContextOverflowError is
+        raised only when there is no room for even one token (``len(prompt) + 1 > max_model_len``).
+        Stops on an eos id or a ``stop_token_ids`` id (included in ``token_ids``, finish_reason
+        "stop") or at the token limit ("length").
+        """
+        if self._closed:
+            raise EngineUnavailableError("the engine is closed; create a new one")
+        if not prompt_ids:
+            raise EngineError("empty prompt: render at least one message before generating")
+        room = self.max_model_len - len(prompt_ids)
+        if room < 1:
+            raise ContextOverflowError(len(prompt_ids), sampling.max_tokens, self.max_model_len)
+        self._request_counter += 1
+        seed = sampling.seed if sampling.seed is not None else self.seed * 1_000_003 + self._request_counter
+        loop = asyncio.get_running_loop()
+        request = _Request(
+            prompt_ids=list(prompt_ids),
+            sampling=sampling,
+            max_tokens=min(sampling.max_tokens, room),
+            seed=seed,
+            loop=loop,
+            future=loop.create_future(),
+        )
+        self._ensure_worker()
+        self._queue.put(request)
+        return await request.future
+
+    async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
+        """Teacher-forced ``log_softmax(logits / T)`` of each token after its prompt (T=0 scores at 1)."""
+        return await asyncio.to_thread(self.score_sync, sequences, prompt_lens, temperature)
+
+    def score_sync(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
+        """Blocking ``score``: right-padded batches of ``max_batch_size``, run between generation batches."""
+        if len(sequences) != len(prompt_lens):
+            raise EngineError(f"{len(sequences)} sequences but {len(prompt_lens)} prompt lengths")
+        t = temperature if temperature > 0 else 1.0
+        out: list[list[float]] = []
+        with self._lock, torch.no_grad():
+            for start in range(0, len(sequences), self.max_batch_size):
+                chunk = sequences[start : start + self.max_batch_size]
+                lens = prompt_lens[start : start + self.max_batch_size]
+                width = max(len(s) for s in chunk)
+                ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for i, s in enumerate(chunk):
+                    ids[i, : len(s)] = torch.tensor(s)
+                    mask[i, : len(s)] = 1
+                logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+                logp = torch.log_softmax(logits.float() / t, dim=-1)  # (B, T, V)
+                for i, (s, p) in enumerate(zip(chunk, lens, strict=True)):
+                    if not 1 <= p <= len(s):
+                        raise EngineError(f"prompt_len {p} is outside sequence {start + i} of length {len(s)}")
+                    target = torch.tensor(s[p:], device=self.device)
+                    out.append(logp[i, p - 1 : len(s) - 1].gather(-1, target[:, None])[:, 0].tolist())
+        return out
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> int:
+        """Copy ``state_dict`` into the model between batches and bump ``policy_version``.
+
+        Keys may be a subset (e.g. only the trained layers); an unknown key is an error. An empty
+        mapping only bumps the version (for a trainer that updated ``model`` in place).
+        """
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        unknown = [k for k in state_dict if k not in params]
+        if unknown:
+            raise EngineError(
+                f"load_weights: {len(unknown)} keys are not in the model, e.g. {unknown[:3]}; "
+                "pass the policy's own state_dict (merge LoRA adapters first)"
+            )
+        with self._lock, torch.no_grad():
+            for key, value in state_dict.items():
+                params[key].copy_(torch.as_tensor(value))
+            self.policy_version += 1
+            return self.policy_version
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold generation between batches (e.g. while a trainer edits ``model`` in place)."""
+        with self._lock:
+            yield
+
+    async def close(self) -> None:
+        """Finish the current batch, fail queued requests with EngineUnavailableError, stop the worker."""
+        self._closed = True
+        worker = self._worker
+        self._queue.put(None)
+        if worker is not None:
+            await asyncio.to_thread(worker.join)
+
+    # ---- worker --------------------------------------------------------------------------------
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._run, name="lego-transformers-engine", daemon=True)
+            self._worker.start()
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                break
+            stop = False
+            # Take the lock before collecting the batch: whatever queued up while generation was
+            # paused (a weight swap, `paused()`) joins this batch.
+            with self._lock, torch.no_grad():
+                batch = [first]
+                while len(batch) < self.max_batch_size:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        stop = True
+                        break
+                    batch.append(nxt)
+                batch = [r for r in batch if not r.future.cancelled()]
+                if batch:
+                    self.stats["batches"] += 1
+                    self.stats["max_batch_size_seen"] = max(self.stats["max_batch_size_seen"], len(batch))
+                    try:
+                        self._generate_batch(batch)
+                    except Exception as exc:  # keep the worker alive; each request learns what happened
+                        error = EngineError(f"generation failed: {type(exc).__name__}: {exc}")
+                        for r in batch:
+                            r.resolve(error)
+            if stop:
+                break
+        while True:  # closing: nothing queued after the sentinel will run
+            try:
+                left = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if left is not None:
+                left.resolve(EngineUnavailableError("the engine closed before this request ran; retry on a new engine"))
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        kwargs = {self._cache_kwarg: cache}
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **kwargs
+        )
+        return out.logits[:, -1, :].float()  # (B, V)
+
+    def _generate_batch(self, batch: list[_Request]) -> None:
+        from transformers import DynamicCache
+
+        started = time.perf_counter()
+        version = self.policy_version
+        dev = self.device
+        width = max(len(r.prompt_ids) for r in batch)
+        ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, r in enumerate(batch):  # left padding: every row's last prompt token sits in the last column
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            mask[i, width - len(r.prompt_ids) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
+        cache = DynamicCache()
+        logits = self._forward(ids, mask, positions, cache)  # (B, V)
+        next_pos = positions[:, -1:] + 1  # (B, 1)
+        samplers = [RowSampler(r.sampling, r.seed, self.eos_token_ids, dev) for r in batch]
+        active = list(range(len(batch)))  # batch rows still generating, in cache order
+        while active:
+            tokens, logps = RowSampler.sample_rows([samplers[i] for i in active], logits)
+            keep: list[int] = []
+            for row, (i, tok, lp) in enumerate(zip(active, tokens, logps, strict=True)):
+                r = batch[i]
+                r.token_ids.append(tok)
+                self.stats["generated_tokens"] += 1
+                r.logprobs.append(lp)
+                reason = "stop" if samplers[i].is_stop(tok) else "length" if len(r.token_ids) >= r.max_tokens else None
+                if r.future.cancelled():
+                    continue
+                if reason is None:
+                    keep.append(row)
+                    continue
+                r.resolve(
+                    Generation(
+                        token_ids=r.token_ids,
+                        logprobs=r.logprobs,
+                        finish_reason=reason,
+                        policy_version=version,
+                        prompt_tokens=len(r.prompt_ids),
+                        engine_time_s=time.perf_counter() - started,
+                    )
+                )
+            if not keep:
+                break
+            step_ids = torch.tensor([[tokens[row]] for row in keep], device=dev)  # (B', 1)
+            if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
+                index = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(index)
+                mask, next_pos = mask[index], next_pos[index]
+            active = [active[row] for row in keep]
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=-1)
+            logits = self._forward(step_ids, mask, next_pos, cache)
+            next_pos = next_pos + 1

@@ -1,0 +1,157 @@
+"""The in-process engine against a teacher-forced forward pass of the same model (fp32, CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from lego.config import EngineConfig
+from lego.engines import build_engine
+from lego.engines.base import Engine
+from lego.engines.transformers_engine import TransformersEngine
+from lego.errors import ContextOverflowError, EngineError
+from lego.types import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir) -> TransformersEngine:
+    return TransformersEngine(tiny_model_dir, max_batch_size=16, max_model_len=256)
+
+
+def teacher_forced(
+    model: torch.nn.Module, prompt: list[int], completion: list[int], temperature: float = 1.0
+) -> list[float]:
+    """Logprob of each completion token from one unpadded forward pass over prompt + completion."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()  # (T, V)
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return [logp[len(prompt) - 1 + i, tok].item() for i, tok in enumerate(completion)]
+
+
+def assert_matches(engine_lps: list[float], ref_lps: list[float]) -> None:
+    a, b = np.array(engine_lps), np.array(ref_lps)
+    assert np.max(np.abs(a - b)) <= 1e-4
+    if len(a) > 1 and np.std(np.exp(b)) > 0:
+        assert np.corrcoef(np.exp(a), np.exp(b))[0, 1] >= 0.9999
+
+
+def prompts_of_different_lengths(chat_format, n: int) -> list[list[int]]:
+    out = []
+    for i in range(n):
+        msgs = [{"role": "user", "content": "Fix the failing test in textkit. " * (i % 5) + f"Request {i}: " + "x" * i}]
+        out.append(chat_format.render(msgs, add_generation_prompt=True))
+    return out
+
+
+def test_is_an_engine(engine: TransformersEngine) -> None:
+    assert isinstance(engine, Engine)
+    assert engine.model.dtype == torch.float32
+    assert engine.eos_token_ids[:1] == [engine.model.config.eos_token_id]
+
+
+def test_single_request_logprobs_match_teacher_forcing(engine, chat_format) -> None:
+    prompt = chat_format.render([{"role": "user", "content": "hello"}], add_generation_prompt=True)
+    for temperature in (1.0, 0.7):
+        gen = asyncio.run(engine.generate(prompt, SamplingParams(temperature=temperature, max_tokens=24, seed=3)))
+        assert len(gen.token_ids) == 24 and gen.finish_reason == "length"
+        assert gen.prompt_tokens == len(prompt)
+        assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids, temperature))
+
+
+def test_sixteen_concurrent_requests_are_batched_without_padding_leaks(engine, chat_format) -> None:
+    prompts = prompts_of_different_lengths(chat_format, 16)
+    assert len({len(p) for p in prompts}) > 8
+
+    async def run() -> list:
+        # Hold the worker so all 16 requests queue up and run as one batch.
+        with engine.paused():
+            tasks = [
+                asyncio.create_task(engine.generate(p, SamplingParams(max_tokens=8 + 2 * i, seed=i, top_k=0)))
+                for i, p in enumerate(prompts)
+            ]
+            await asyncio.sleep(0.05)
+        return await asyncio.gather(*tasks)
+
+    before = engine.stats["batches"]
+    gens = asyncio.run(run())
+    assert engine.stats["batches"] == before + 1 and engine.stats["max_batch_size_seen"] == 16
+    for i, (prompt, gen) in enumerate(zip(prompts, gens, strict=True)):
+        assert len(gen.token_ids) == 8 + 2 * i
+        assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids))
+    # A seeded request draws the same tokens alone as inside the batch.
+    alone = asyncio.run(engine.generate(prompts[5], SamplingParams(max_tokens=18, seed=5)))
+    assert alone.token_ids == gens[5].token_ids
+
+
+def test_greedy_uses_argmax_and_reports_temperature_one_logprobs(engine, chat_format) -> None:
+    prompt = chat_format.render([{"role": "user", "content": "greedy"}], add_generation_prompt=True)
+    gen = asyncio.run(engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=6)))
+    ids = list(prompt)
+    for tok in gen.token_ids:
+        with torch.no_grad():
+            assert tok == int(engine.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+        ids.append(tok)
+    assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids, 1.0))
+
+
+def test_stop_token_is_included_and_finish_reason_stop(engine, chat_format) -> None:
+    prompt = chat_format.render([{"role": "user", "content": "stop"}], add_generation_prompt=True)
+    greedy = asyncio.run(engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=5)))
+    stop_at = greedy.token_ids[2]
+    gen = asyncio.run(engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=5, stop_token_ids=[stop_at])))
+    first = greedy.token_ids.index(stop_at)
+    assert gen.token_ids == greedy.token_ids[: first + 1]
+    assert gen.finish_reason == "stop"
+
+
+def test_top_k_one_is_greedy_but_logprobs_stay_untruncated(engine, chat_format) -> None:
+    prompt = chat_format.render([{"role": "user", "content": "topk"}], add_generation_prompt=True)
+    greedy = asyncio.run(engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=6)))
+    topk = asyncio.run(engine.generate(prompt, SamplingParams(temperature=1.0, top_k=1, max_tokens=6, seed=9)))
+    top_p = asyncio.run(engine.generate(prompt, SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=6, seed=9)))
+    assert topk.token_ids == greedy.token_ids == top_p.token_ids
+    assert all(lp < 0 for lp in topk.logprobs)  # log p under the full distribution, not log 1
+    assert_matches(topk.logprobs, greedy.logprobs)
+
+
+def test_context_overflow_and_clamping(engine) -> None:
+    with pytest.raises(ContextOverflowError, match="context window of 256"):
+        asyncio.run(engine.generate(list(range(3, 259)), SamplingParams(max_tokens=4)))
+    gen = asyncio.run(engine.generate(list(range(3, 253)), SamplingParams(max_tokens=100, seed=0)))
+    assert len(gen.token_ids) == 6 and gen.finish_reason == "length"
+    with pytest.raises(EngineError, match="empty prompt"):
+        asyncio.run(engine.generate([], SamplingParams()))
+
+
+def test_score_matches_teacher_forcing(engine, chat_format) -> None:
+    prompts = prompts_of_different_lengths(chat_format, 5)
+    completions = [[10 + i, 20, 30 + i, 40][: i + 1] for i in range(5)]
+    scores = asyncio.run(
+        engine.score([p + c for p, c in zip(prompts, completions, strict=True)], [len(p) for p in prompts], 0.8)
+    )
+    for p, c, s in zip(prompts, completions, scores, strict=True):
+        assert_matches(s, teacher_forced(engine.model, p, c, 0.8))
+
+
+def test_load_weights_bumps_version_and_changes_outputs(tiny_model_dir, chat_format) -> None:
+    engine = TransformersEngine(tiny_model_dir)
+    prompt = chat_format.render([{"role": "user", "content": "weights"}], add_generation_prompt=True)
+    before = asyncio.run(engine.generate(prompt, SamplingParams(max_tokens=4, seed=1)))
+    assert before.policy_version == 0
+    state = {k: v * 0.5 for k, v in engine.model.state_dict().items() if k.endswith("mlp.down_proj.weight")}
+    assert engine.load_weights(state) == 1
+    after = asyncio.run(engine.generate(prompt, SamplingParams(max_tokens=4, seed=1)))
+    assert after.policy_version == 1 and after.logprobs != before.logprobs
+    assert engine.load_weights({}) == 2
+    with pytest.raises(EngineError, match="not in the model"):
+        engine.load_weights({"no.such.weight": torch.zeros(1)})
+    asyncio.run(engine.close())
+
+
+def test_build_engine_from_config(tiny_model_dir) -> None:
+    engine = build_engine(EngineConfig(kind="transformers", model=str(tiny_model_dir), device="cpu", max_model_len=64))
+    assert isinstance(engine, TransformersEngine) and engine.max_model_len == 64
