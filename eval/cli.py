@@ -130,6 +130,16 @@ def _load_factory(target: str) -> SampleFnFactory:
 @click.option("--engine", type=click.Choice(["transformers", "vllm"]), default="transformers", show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="runs/eval", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Base seed; every sample's seed derives from it.")
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=1.0, show_default=True)
+@click.option("--max-turns", type=click.IntRange(min=1), default=30, show_default=True, help="Turn limit per rollout.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Wall-time limit per rollout, seconds.",
+)
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="Samples in flight.")
 @click.option("--infra-retries", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--bootstrap", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
@@ -152,6 +162,9 @@ def eval_group(
     engine: str,
     out_dir: str,
     seed: int,
+    temperature: float,
+    max_turns: int,
+    timeout_s: float,
     concurrency: int,
     infra_retries: int,
     bootstrap: int,
@@ -184,6 +197,9 @@ def eval_group(
         tasks_source=tasks_arg,
         engine=engine,
         bootstrap=bootstrap,
+        temperature=temperature,
+        max_turns=max_turns,
+        timeout_s=timeout_s,
     )
     run_sample = _load_factory(sample_fn)(spec, {t.instance_id: t for t in tasks}, Path(out_dir))
     total = len(spec.keys())

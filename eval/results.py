@@ -96,6 +96,9 @@ class EvalSpec(BaseModel):
     tasks_source: str = ""
     engine: str = "transformers"
     bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples for CIs and p-values.")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature of every policy call.")
+    max_turns: int = Field(30, ge=1, description="HarnessLimits.max_turns of each rollout.")
+    timeout_s: float = Field(600.0, gt=0, description="HarnessLimits.timeout_s of each rollout.")
 
     def policy(self, name: str) -> PolicySpec:
         for p in self.policies:

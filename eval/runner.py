@@ -50,16 +50,18 @@ class SampleFnFactory(Protocol):
 def _check_spec(out_dir: Path, spec: EvalSpec) -> None:
     """Refuse to resume into a directory whose samples were seeded or loaded differently.
 
-    Adding policies, harnesses or tasks to an existing directory is allowed (the matrix grows);
-    changing the seed, or what a policy name loads, would mix incomparable samples.
+    Adding policies, harnesses, tasks or samples to an existing directory is allowed (the matrix
+    grows); changing the seed, the sampling temperature, the rollout limits or what a policy name
+    loads would mix incomparable samples.
     """
     path = out_dir / "spec.json"
     if path.is_file():
         old = EvalSpec.model_validate_json(path.read_text(encoding="utf-8"))
-        if old.seed != spec.seed:
-            raise ResumeError(
-                f"{out_dir} was run with --seed {old.seed}, not {spec.seed}; use that seed or a new --out"
-            )
+        for field, flag in (("seed", "--seed"), ("temperature", "--temperature"), ("max_turns", "--max-turns"),
+                            ("timeout_s", "--timeout")):  # fmt: skip
+            was, now = getattr(old, field), getattr(spec, field)
+            if was != now:
+                raise ResumeError(f"{out_dir} was run with {flag} {was}, not {now}; use that value or a new --out")
         old_models = {p.name: p.model for p in old.policies}
         for p in spec.policies:
             if p.name in old_models and old_models[p.name] != p.model:

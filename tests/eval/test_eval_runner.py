@@ -108,8 +108,10 @@ def test_infra_samples_can_be_retried_on_rerun_and_a_wrong_key_is_refused(tmp_pa
 def test_rerun_with_another_seed_or_model_is_refused(tmp_path: Path) -> None:
     spec = make_spec(n_tasks=1, samples=1)
     run_eval(spec, lambda k: SampleResult(key=k, passed=False), tmp_path)
-    with pytest.raises(ResumeError, match="--seed 3"):
+    with pytest.raises(ResumeError, match="--seed 3, not 4"):
         run_eval(spec.model_copy(update={"seed": 4}), lambda k: SampleResult(key=k, passed=False), tmp_path)
+    with pytest.raises(ResumeError, match=r"--temperature 1\.0, not 0\.0"):
+        run_eval(spec.model_copy(update={"temperature": 0.0}), lambda k: SampleResult(key=k, passed=False), tmp_path)
     moved = spec.model_copy(update={"policies": [PolicySpec(name="base", model="other")]})
     with pytest.raises(ResumeError, match="policy 'base'"):
         run_eval(moved, lambda k: SampleResult(key=k, passed=False), tmp_path)
