@@ -212,7 +212,23 @@ class Trainer:
         """One update: recompute -> fidelity (gate) -> loss -> backward per micro-batch -> clip -> AdamW.
 
         ``rollout_logprobs`` overrides the engine logprobs recorded on the segments (one list per item,
-        aligned with ``response_ids``). Returns the step's metrics (see the README of metrics)."""
+        aligned with ``response_ids``). Returns the step's metrics: ``actor/*`` (loss, clip fraction,
+        KL, entropy, grad norm, tokens), the fidelity metrics, and ``perf/*`` timings.
+        Raises :class:`FidelityError` (before touching the weights) when the gate trips."""
+        t0 = time.perf_counter()
+        metrics = self.compute_gradients(items, rollout_logprobs)
+        metrics["actor/grad_norm"] = self._clip_and_step()
+        wall = time.perf_counter() - t0
+        metrics["perf/trainer_step_s"] = wall
+        metrics["perf/tokens_per_s"] = metrics["actor/tokens"] / wall if wall > 0 else 0.0
+        self.step_count += 1
+        return metrics
+
+    def compute_gradients(
+        self, items: Sequence[TrainItem], rollout_logprobs: Sequence[Sequence[float | None]] | None = None
+    ) -> dict[str, float]:
+        """Everything in :meth:`step` up to (not including) clipping and the optimizer step: the
+        gradient of the full-batch loss is left in ``.grad`` (accumulated over micro-batches)."""
         if not items:
             raise ValueError("Trainer.step needs at least one TrainItem; skip the update when a step has no data")
         t0 = time.perf_counter()
@@ -270,22 +286,16 @@ class Trainer:
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + (v if k in _SUMMED else v * n)
 
-        grad_norm = self._clip_and_step()
         metrics = self._reduce_metrics(sums, ratio_max, ratio_min)
-        wall = time.perf_counter() - t0
         metrics.update(fid)
         metrics.update(
             {
-                "actor/grad_norm": grad_norm,
                 "actor/lr": self.optimizer.param_groups[0]["lr"],
                 "actor/segments": float(len(items)),
                 "actor/episodes": float(len(ep_tokens)),
-                "perf/trainer_step_s": wall,
                 "perf/recompute_s": t_recompute,
-                "perf/tokens_per_s": metrics["actor/tokens"] / wall if wall > 0 else 0.0,
             }
         )
-        self.step_count += 1
         return metrics
 
     def _episode_delta(
