@@ -1,0 +1,236 @@
+"""The proxy's ASGI app (starlette): routes, auth, body limits, error shapes, streaming.
+
+Routes exist twice, under a session prefix ``/s/{session}`` and without one (the ``default``
+session): ``POST /v1/chat/completions``, ``POST /v1/messages``, ``POST /v1/messages/count_tokens``,
+``POST /v1/responses``, ``GET /v1/models``. Plus ``GET /healthz``, ``GET /s/{session}/trajectory``
+and ``DELETE /s/{session}``.
+
+Every request is answered: a bad one gets the calling API's own error shape and status (400
+invalid request, 401 bad key, 404 unknown session in strict mode, 413 body too large, 502/503
+engine failures with ``retry-after``), and the server keeps serving. While a generation runs the
+app watches the connection; if the client goes away the generation task is cancelled and nothing
+is recorded. A stream starts after the generation has finished, so errors keep their real status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from proxies import anthropic_messages, openai_chat, openai_responses
+from proxies.errors import Api, ApiError, error_body
+from proxies.service import ChatResult, ProxyService
+
+__all__ = ["build_app"]
+
+log = logging.getLogger("lego.proxy")
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[Request], Awaitable[Response]]
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_MAX_STORED_RESPONSES = 256
+
+
+class _ClientGone(Exception):
+    """The client closed the connection while its generation ran."""
+
+
+def _error_response(api: Api, err: ApiError) -> JSONResponse:
+    return JSONResponse(error_body(api, err), status_code=err.status, headers=err.headers())
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors()[:5]:
+        loc = ".".join(str(x) for x in e["loc"]) or "body"
+        parts.append(f"{loc}: {e['msg']}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def build_app(service: ProxyService) -> Starlette:
+    """The ASGI app serving ``service``."""
+    cfg = service.config
+    limit = int(cfg.max_body_mb * 1024 * 1024)
+    stored: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # response id -> conversation (Responses API)
+
+    def check_auth(request: Request) -> None:
+        if not cfg.api_key:
+            return
+        auth = request.headers.get("authorization", "")
+        given = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+            raise ApiError(
+                401,
+                "invalid or missing API key; send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
+                "authentication",
+            )
+
+    async def read_json(request: Request) -> dict[str, Any]:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, f"request body of {int(declared)} bytes exceeds the {limit}-byte limit", "too_large")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise ApiError(413, f"request body exceeds the {limit}-byte limit", "too_large")
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}")
+        return data
+
+    def parse(model: type[M], data: dict[str, Any]) -> M:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise ApiError(400, _validation_message(exc)) from exc
+
+    async def guarded(request: Request, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro``, cancelling it if the client disconnects meanwhile."""
+        task = asyncio.ensure_future(coro)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=0.5)
+                if done:
+                    return task.result()
+                if await request.is_disconnected():
+                    task.cancel()
+                    raise _ClientGone()
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+    def endpoint(api: Api, fn: Callable[[Request], Awaitable[Response]]) -> Handler:
+        async def handler(request: Request) -> Response:
+            try:
+                check_auth(request)
+                return await fn(request)
+            except ApiError as err:
+                return _error_response(api, err)
+            except _ClientGone:
+                log.info("client disconnected from %s; generation cancelled", request.url.path)
+                return Response(status_code=499)
+            except Exception as exc:
+                log.exception("internal error on %s", request.url.path)
+                return _error_response(
+                    api, ApiError(500, f"internal proxy error: {type(exc).__name__}: {exc}", "internal")
+                )
+
+        return handler
+
+    def session_of(request: Request) -> str:
+        return str(request.path_params.get("session", "default"))
+
+    def model_name(requested: str) -> str:
+        return requested or cfg.served_model_name
+
+    def respond(res: ChatResult, body: Any, stream: Any | None) -> Response:
+        if stream is not None:
+            return StreamingResponse(stream, media_type="text/event-stream", headers={**_SSE_HEADERS, **res.headers})
+        return JSONResponse(body, headers=res.headers)
+
+    async def chat(request: Request) -> Response:
+        req = parse(openai_chat.ChatCompletionRequest, await read_json(request))
+        creq = openai_chat.to_chat_request(req)
+        res = await guarded(request, service.complete(session_of(request), creq, "chat"))
+        name = model_name(req.model)
+        if creq.stream:
+            usage = bool((req.stream_options or {}).get("include_usage"))
+            return respond(res, None, openai_chat.chat_stream(res, name, usage))
+        return respond(res, openai_chat.chat_response(res, name), None)
+
+    async def messages(request: Request) -> Response:
+        req = parse(anthropic_messages.MessagesRequest, await read_json(request))
+        creq = anthropic_messages.to_chat_request(req)
+        res = await guarded(request, service.complete(session_of(request), creq, "messages"))
+        name = model_name(req.model)
+        if creq.stream:
+            return respond(res, None, anthropic_messages.messages_stream(res, name))
+        return respond(res, anthropic_messages.messages_response(res, name), None)
+
+    async def count_tokens(request: Request) -> Response:
+        data = await read_json(request)
+        data.setdefault("max_tokens", 1)
+        creq = anthropic_messages.to_chat_request(parse(anthropic_messages.MessagesRequest, data))
+        return JSONResponse({"input_tokens": service.count_tokens(creq)})
+
+    async def responses(request: Request) -> Response:
+        req = parse(openai_responses.ResponsesRequest, await read_json(request))
+        history = None
+        if req.previous_response_id is not None:
+            history = stored.get(req.previous_response_id)
+            if history is None:
+                raise ApiError(
+                    400,
+                    f"previous_response_id {req.previous_response_id!r} is unknown to this proxy; send the full input instead",
+                    param="previous_response_id",
+                )
+        creq = openai_responses.to_chat_request(req, history)
+        res = await guarded(request, service.complete(session_of(request), creq, "responses"))
+        body = openai_responses.responses_response(res, req, model_name(req.model))
+        stored[body["id"]] = [m for m in creq.messages if m["role"] != "system"] + [res.message]
+        while len(stored) > _MAX_STORED_RESPONSES:
+            stored.popitem(last=False)
+        return respond(res, body, openai_responses.responses_stream(body) if creq.stream else None)
+
+    async def models(request: Request) -> Response:
+        name = cfg.served_model_name
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "lego",
+                        "type": "model",
+                        "display_name": name,
+                    }
+                ],
+            }
+        )
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse(
+            {"status": "ok", "sessions": len(service.sessions), "policy_version": service.engine.policy_version}
+        )
+
+    async def trajectory(request: Request) -> Response:
+        s = service.session(session_of(request), create=False)
+        return JSONResponse(service.trajectory(s.id).model_dump(mode="json"))
+
+    async def delete_session(request: Request) -> Response:
+        sid = session_of(request)
+        if not service.close_session(sid):
+            raise ApiError(404, f"unknown session {sid!r}", "not_found")
+        return JSONResponse({"deleted": sid})
+
+    routes = [Route("/healthz", endpoint("chat", healthz), methods=["GET"])]
+    for prefix in ("", "/s/{session}"):
+        routes += [
+            Route(f"{prefix}/v1/chat/completions", endpoint("chat", chat), methods=["POST"]),
+            Route(f"{prefix}/v1/messages", endpoint("messages", messages), methods=["POST"]),
+            Route(f"{prefix}/v1/messages/count_tokens", endpoint("messages", count_tokens), methods=["POST"]),
+            Route(f"{prefix}/v1/responses", endpoint("responses", responses), methods=["POST"]),
+            Route(f"{prefix}/v1/models", endpoint("chat", models), methods=["GET"]),
+        ]
+    routes += [
+        Route("/s/{session}/trajectory", endpoint("chat", trajectory), methods=["GET"]),
+        Route("/s/{session}", endpoint("chat", delete_session), methods=["DELETE"]),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,279 @@
+"""The API-independent core of the proxy: sessions, the generation flow, timing.
+
+Every API route converts its request into a :class:`ChatRequest` (canonical OpenAI-style messages),
+calls :meth:`ProxyService.complete`, and converts the :class:`ChatResult` back. ``complete``:
+
+1. finds the session (strict mode: unknown sessions are a 404) and the thread's lock -- calls on
+   one thread are serialized, threads and sessions run concurrently;
+2. asks the session's :class:`~proxies.recorder.SessionRecorder` for the engine prompt;
+3. fits ``max_tokens`` into the context window (no room: a non-retryable 400 and, on the main
+   thread, the trajectory is labelled ``overlong``), applies the training-mode sampling override;
+4. awaits ``engine.generate`` (cancelled with the request if the client goes away; nothing is
+   recorded then), cuts the generation at the first stop string, parses it into an assistant
+   message and commits it to the recorder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lego.config import ProxyConfig
+from lego.engines.base import Engine
+from lego.errors import ContextOverflowError, EngineError, EngineUnavailableError
+from lego.types import Generation, RequestContext, SamplingParams, TerminationLabel, Trajectory
+from proxies.errors import Api, ApiError
+from proxies.recorder import ChatTemplate, SessionRecorder, thread_key
+
+__all__ = ["ChatFormatLike", "ChatRequest", "ChatResult", "ProxyService", "Session"]
+
+Message = dict[str, Any]
+
+
+class ChatFormatLike(ChatTemplate, Protocol):
+    """The chat format the proxy needs: the recorder's template plus completion parsing."""
+
+    def parse(self, token_ids: list[int], tools: list[dict[str, Any]] | None = None, id_salt: str = "") -> Any: ...
+
+    def to_message(self, parsed: Any) -> Message: ...
+
+
+@dataclass
+class ChatRequest:
+    """One call in canonical form (OpenAI chat messages and tools), whatever API it came through."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: Any = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stream: bool = False
+    model: str = ""
+
+
+@dataclass
+class ChatResult:
+    """What the policy answered: the canonical assistant message plus usage and finish reason."""
+
+    message: Message
+    reasoning: str
+    finish_reason: str  # stop | length | tool_calls
+    prompt_tokens: int
+    completion_tokens: int
+    headers: dict[str, str]
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
+    created: int = field(default_factory=lambda: int(time.time()))
+    stop_sequence: str | None = None
+
+
+@dataclass
+class Session:
+    """One rollout's state: its recorder, locks, and what the rollout code told us about it."""
+
+    id: str
+    recorder: SessionRecorder
+    metadata: dict[str, Any] = field(default_factory=dict)
+    training: bool = False
+    temperature: float | None = None
+    max_turns: int | None = None
+    termination: TerminationLabel = "completed"
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    calls: int = 0
+    engine_time_s: float = 0.0
+    proxy_time_s: float = 0.0
+    created_at: float = field(default_factory=time.time)
+
+    def lock(self, key: str) -> asyncio.Lock:
+        if key not in self.locks:
+            self.locks[key] = asyncio.Lock()
+        return self.locks[key]
+
+
+class ProxyService:
+    """Sessions and the generation flow, shared by all routes (see the module docstring)."""
+
+    def __init__(self, engine: Engine, chat_format: ChatFormatLike, config: ProxyConfig | None = None) -> None:
+        self.engine = engine
+        self.chat = chat_format
+        self.config = config or ProxyConfig()
+        self.sessions: dict[str, Session] = {}
+
+    # ------------------------------------------------------------------ sessions
+    def open_session(
+        self,
+        session_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        training: bool = False,
+        temperature: float | None = None,
+        max_turns: int | None = None,
+    ) -> Session:
+        if training and temperature is None:
+            raise ValueError("a training session needs the run's temperature (temperature=...)")
+        s = Session(
+            id=session_id,
+            recorder=SessionRecorder(self.chat),
+            metadata=dict(metadata or {}),
+            training=training,
+            temperature=temperature,
+            max_turns=max_turns,
+        )
+        self.sessions[session_id] = s
+        return s
+
+    def session(self, session_id: str, *, create: bool = True) -> Session:
+        s = self.sessions.get(session_id)
+        if s is None:
+            if self.config.strict_sessions or not create:
+                raise ApiError(404, f"unknown session {session_id!r}; open it first (strict mode)", "not_found")
+            s = self.open_session(session_id)
+        return s
+
+    def close_session(self, session_id: str) -> bool:
+        return self.sessions.pop(session_id, None) is not None
+
+    def trajectory(self, session_id: str) -> Trajectory:
+        s = self.session(session_id, create=False)
+        rec = s.recorder
+        messages, tools = rec.snapshot()
+        counters = rec.summary_counters()
+        counters["engine_time_s"] = s.engine_time_s
+        counters["proxy_time_s"] = s.proxy_time_s
+        return Trajectory(
+            trajectory_id=f"{session_id}-{uuid.uuid4().hex[:8]}",
+            session_id=session_id,
+            task_id=str(s.metadata.get("task_id", "")),
+            harness=str(s.metadata.get("harness", "")),
+            segments=rec.segments(),
+            messages=messages,
+            tools=tools,
+            discarded=list(rec.discarded),
+            termination=s.termination,
+            counters=counters,
+            metadata={k: v for k, v in s.metadata.items() if _jsonable(v)},
+        )
+
+    # ------------------------------------------------------------------ generation
+    def count_tokens(self, req: ChatRequest) -> int:
+        text = self.chat.render_text(req.messages, req.tools or None, add_generation_prompt=True)
+        return len(self.chat.encode(text))
+
+    async def complete(self, session_id: str, req: ChatRequest, api: Api) -> ChatResult:
+        t0 = time.perf_counter()
+        s = self.session(session_id)
+        rec = s.recorder
+        key = thread_key(req.messages, req.tools)
+        async with s.lock(key):
+            main = rec.is_main(key)
+            if main and s.max_turns is not None:
+                turns = rec.main_thread().generations if rec.main_thread() else 0  # type: ignore[union-attr]
+                if turns >= s.max_turns:
+                    s.termination = "max_turns"
+                    raise ApiError(400, f"this session reached its limit of {s.max_turns} turns", code="max_turns")
+            try:
+                call = rec.prepare(req.messages, req.tools)
+            except ValueError as exc:
+                raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
+            sampling, headers = self._sampling(s, req, len(call.prompt_ids), main)
+            # model_construct: the messages were validated on the way in; re-validating is O(history).
+            ctx = RequestContext.model_construct(
+                session_id=session_id, api=api, messages=call.messages, tools=req.tools, session_metadata=s.metadata
+            )
+            t_engine = time.perf_counter()
+            try:
+                gen = await self.engine.generate(call.prompt_ids, sampling, ctx)
+            except ContextOverflowError as exc:
+                raise self._overflow(s, main, str(exc)) from exc
+            except EngineUnavailableError as exc:
+                raise ApiError(503, f"the policy engine is unavailable: {exc}", "unavailable", retry_after=2) from exc
+            except EngineError as exc:
+                raise ApiError(502, f"the policy engine failed: {exc}", "engine", retry_after=1) from exc
+            engine_s = time.perf_counter() - t_engine
+            gen, stop_hit = self._apply_stop(gen, req.stop)
+            s.calls += 1
+            parsed = self.chat.parse(gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}")
+            message = self.chat.to_message(parsed)
+            if req.tool_choice == "none" and message.get("tool_calls"):
+                message = {"role": "assistant", "content": getattr(parsed, "text", "") or message.get("content") or ""}
+            parse_errors = len(getattr(parsed, "parse_errors", []) or [])
+            rec.commit(call, gen, message, parse_failures=parse_errors)
+        finish = "tool_calls" if message.get("tool_calls") else ("length" if gen.finish_reason == "length" else "stop")
+        total = time.perf_counter() - t0
+        s.engine_time_s += engine_s
+        s.proxy_time_s += total - engine_s
+        headers["x-lego-engine-ms"] = f"{engine_s * 1000:.3f}"
+        headers["x-lego-proxy-ms"] = f"{(total - engine_s) * 1000:.3f}"
+        return ChatResult(
+            message=message,
+            reasoning=str(getattr(parsed, "reasoning", "") or message.get("reasoning_content") or ""),
+            finish_reason=finish,
+            prompt_tokens=len(call.prompt_ids),
+            completion_tokens=len(gen.token_ids),
+            headers=headers,
+            stop_sequence=stop_hit,
+        )
+
+    def _sampling(
+        self, s: Session, req: ChatRequest, prompt_len: int, main: bool
+    ) -> tuple[SamplingParams, dict[str, str]]:
+        window = int(self.engine.max_model_len)
+        room = window - prompt_len
+        if room < 1:
+            raise self._overflow(s, main, str(ContextOverflowError(prompt_len, req.max_tokens or 1, window)))
+        max_tokens = min(req.max_tokens or self.config.default_max_tokens, room)
+        headers: dict[str, str] = {}
+        eos = list(self.chat.eos_token_ids)
+        if s.training:
+            temperature = float(s.temperature if s.temperature is not None else 1.0)
+            headers["x-lego-sampling-override"] = f"temperature={temperature};top_p=1.0;top_k=0"
+            params = SamplingParams(
+                temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+            )
+            return params, headers
+        temperature = 1.0 if req.temperature is None else float(req.temperature)
+        top_p = 1.0 if req.top_p is None else float(req.top_p)
+        params = SamplingParams(
+            temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+        )
+        return params, headers
+
+    def _overflow(self, s: Session, main: bool, message: str) -> ApiError:
+        s.recorder.note_overflow()
+        if main:
+            s.termination = "overlong"
+        return ApiError(400, message, "context_length", code="context_length_exceeded")
+
+    def _apply_stop(self, gen: Generation, stops: list[str]) -> tuple[Generation, str | None]:
+        """Cut at the first stop string: keep the longest token prefix whose text holds none.
+
+        Only a prefix of what was sampled is kept, so the kept ids and logprobs stay exact.
+        """
+        if not stops or not gen.token_ids:
+            return gen, None
+        text = self.chat.decode(gen.token_ids)
+        hits = [(text.find(st), st) for st in stops if st and st in text]
+        if not hits:
+            return gen, None
+        _, first = min(hits)
+        lo, hi = 0, len(gen.token_ids)  # the smallest n whose decoded prefix contains a stop string
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(st in self.chat.decode(gen.token_ids[: mid + 1]) for st in stops if st):
+                hi = mid
+            else:
+                lo = mid + 1
+        n = lo
+        cut = gen.model_copy(
+            update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"}
+        )
+        return cut, first
+
+
+def _jsonable(v: Any) -> bool:
+    return isinstance(v, str | int | float | bool | type(None) | list | dict)

@@ -1,0 +1,170 @@
+"""The official openai and anthropic SDKs against a real proxy serving the tiny model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+import openai
+
+from proxies.server import ProxyServer
+
+BASH = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a shell command.",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+    },
+}
+CALL = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call><|im_end|>'
+
+
+def _oa(srv: ProxyServer, session: str = "t") -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.session_base_url(session), api_key="k", max_retries=0)
+
+
+def _an(srv: ProxyServer, session: str = "t") -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=f"{srv.root_url}/s/{session}", api_key="k", max_retries=0)
+
+
+def test_chat_non_stream_usage_matches_the_recorded_segment(server: ProxyServer) -> None:
+    r = _oa(server).chat.completions.create(
+        model="claude-whatever", messages=[{"role": "user", "content": "hello"}], max_tokens=12, seed=3
+    )
+    assert r.object == "chat.completion" and r.model == "claude-whatever"
+    assert r.choices[0].message.role == "assistant"
+    (seg,) = server.trajectory("t").segments
+    assert r.usage is not None
+    assert r.usage.prompt_tokens == len(seg.prompt_ids)
+    assert r.usage.completion_tokens == seg.num_sampled <= 12
+
+
+def test_chat_stream_has_usage_chunk_and_same_text_as_recorded(server: ProxyServer, chat_format: Any) -> None:
+    stream = _oa(server).chat.completions.create(
+        model="m",
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+        max_tokens=10,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish in (["stop"], ["length"])
+    traj = server.trajectory("t")
+    assert traj.messages[-1]["content"] == text
+    assert chunks[-1].usage.completion_tokens == traj.segments[0].num_sampled
+
+
+def test_chat_tools_round_trip_streamed_tool_call_deltas(scripted: Any) -> None:
+    srv, engine = scripted
+    engine.push("let me look\n" + CALL, "done<|im_end|>")
+    client = _oa(srv)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "agent"}, {"role": "user", "content": "list files"}]
+    stream = client.chat.completions.create(model="m", messages=messages, tools=[BASH], stream=True)  # type: ignore[list-item]
+    chunks = list(stream)
+    deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert deltas[0].id and deltas[0].function and deltas[0].function.name == "bash"
+    args = "".join(d.function.arguments or "" for d in deltas if d.function)
+    assert json.loads(args) == {"cmd": "ls"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    call_id = deltas[0].id
+    messages += [
+        {
+            "role": "assistant",
+            "content": "let me look",
+            "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": args}}],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": "a.py b.py"},
+    ]
+    r = client.chat.completions.create(model="m", messages=messages, tools=[BASH])  # type: ignore[arg-type,list-item]
+    assert r.choices[0].message.content == "done" and r.choices[0].finish_reason == "stop"
+    traj = srv.trajectory("t")
+    assert len(traj.segments) == 1 and traj.counters["calls"] == 2
+
+
+def test_responses_stream_with_a_function_call_then_its_output(scripted: Any) -> None:
+    srv, engine = scripted
+    engine.push(CALL, "all good<|im_end|>")
+    client = _oa(srv)
+    tools = [
+        {
+            "type": "function",
+            "name": "bash",
+            "description": "Run a shell command.",
+            "parameters": BASH["function"]["parameters"],
+        }
+    ]  # type: ignore[index]
+    events = list(
+        client.responses.create(model="gpt-x", instructions="agent", input="list files", tools=tools, stream=True)
+    )  # type: ignore[arg-type]
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert "response.function_call_arguments.delta" in kinds and "response.function_call_arguments.done" in kinds
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1].response  # type: ignore[union-attr]
+    (fc,) = [o for o in final.output if o.type == "function_call"]
+    assert fc.name == "bash" and json.loads(fc.arguments) == {"cmd": "ls"}
+    r = client.responses.create(
+        model="gpt-x",
+        instructions="agent",
+        tools=tools,  # type: ignore[arg-type]
+        input=[
+            {"role": "user", "content": "list files"},
+            {"type": "function_call", "call_id": fc.call_id, "name": "bash", "arguments": fc.arguments},
+            {"type": "function_call_output", "call_id": fc.call_id, "output": "a.py"},
+        ],
+    )
+    assert r.output_text == "all good"
+    traj = srv.trajectory("t")
+    assert len(traj.segments) == 1 and traj.counters["calls"] == 2
+
+
+def test_anthropic_messages_non_stream_and_stream(server: ProxyServer) -> None:
+    client = _an(server)
+    msg = client.messages.create(
+        model="claude-test-model", max_tokens=10, system="be brief", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert msg.type == "message" and msg.role == "assistant" and msg.stop_reason in ("end_turn", "max_tokens")
+    (seg,) = server.trajectory("t").segments
+    assert msg.usage.input_tokens == len(seg.prompt_ids) and msg.usage.output_tokens == seg.num_sampled
+    with client.messages.stream(
+        model="claude-test-model", max_tokens=10, system="be brief", messages=[{"role": "user", "content": "hello"}]
+    ) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
+    assert final.usage.output_tokens >= 1
+    count = client.messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": "hi"}])
+    assert count.input_tokens > 0
+
+
+def test_anthropic_tool_use_then_tool_result(scripted: Any) -> None:
+    srv, engine = scripted
+    engine.push("<think>\nneed ls\n</think>\n\n" + CALL, "two files<|im_end|>")
+    client = _an(srv)
+    tools = [{"name": "bash", "description": "Run a shell command.", "input_schema": BASH["function"]["parameters"]}]  # type: ignore[index]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
+    with client.messages.stream(
+        model="claude-x", max_tokens=200, system="agent", tools=tools, messages=history
+    ) as stream:  # type: ignore[arg-type]
+        kinds = [e.type for e in stream]
+        first = stream.get_final_message()
+    assert "content_block_start" in kinds and first.stop_reason == "tool_use"
+    blocks = {b.type: b for b in first.content}
+    assert blocks["thinking"].thinking == "need ls"  # type: ignore[union-attr]
+    tool_use = blocks["tool_use"]
+    assert tool_use.name == "bash" and tool_use.input == {"cmd": "ls"}  # type: ignore[union-attr]
+    history += [
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use.id, "content": "a.py b.py"}]},  # type: ignore[union-attr]
+    ]
+    second = client.messages.create(model="claude-x", max_tokens=200, system="agent", tools=tools, messages=history)  # type: ignore[arg-type]
+    assert second.content[0].text == "two files" and second.stop_reason == "end_turn"  # type: ignore[union-attr]
+    traj = srv.trajectory("t")
+    assert len(traj.segments) == 1 and traj.counters["calls"] == 2
+    assert traj.messages[-2] == {"role": "tool", "tool_call_id": tool_use.id, "content": "a.py b.py"}  # type: ignore[union-attr]
