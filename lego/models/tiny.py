@@ -79,7 +79,7 @@ def build_tiny(out_dir: str | Path, seed: int = 0, tool_format: str = "hermes") 
     tokenizer.chat_template = chat_template(tool_format)
     pad_id = _token_id(tokenizer, "<|endoftext|>")
     eos_id = _token_id(tokenizer, "<|im_end|>")
-    vocab = -(-len(tokenizer) // 64) * 64  # round up, as Qwen pads its embedding
+    vocab = len(tokenizer)  # exact: every id the model can sample decodes to text
     config = Qwen3Config(
         vocab_size=vocab, bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id, dtype="float32", **TINY_ARCH
     )
