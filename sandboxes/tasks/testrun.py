@@ -1,0 +1,139 @@
+"""Running a library's pytest suite in a scratch copy and reading per-test results from junit XML.
+
+Used by the bug injector (gold and mutant runs) and by ``lego tasks validate`` when the sandbox
+grader is not available. Results come from the structured report, never from parsing console text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["SuiteResult", "copy_tree", "parse_junit", "run_pytest"]
+
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".git")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+try:  # per-test timeouts turn a mutant's infinite loop into a reported failure
+    import pytest_timeout  # noqa: F401
+
+    _TIMEOUT_ARGS = ["--timeout=10"]
+except ImportError:
+    _TIMEOUT_ARGS = []
+
+
+@dataclass
+class SuiteResult:
+    """Per-test status (passed|failed|error|skipped) and the failure message of each non-passing test."""
+
+    statuses: dict[str, str] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
+    timed_out: bool = False
+    exit_code: int = 0
+    output: str = ""
+
+    def passed(self) -> set[str]:
+        return {t for t, s in self.statuses.items() if s == "passed"}
+
+    def failing(self) -> set[str]:
+        return {t for t, s in self.statuses.items() if s in ("failed", "error")}
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy a source tree without caches or git metadata (file modes are not preserved)."""
+    shutil.copytree(src, dst, ignore=_IGNORED, copy_function=shutil.copyfile, dirs_exist_ok=True)
+
+
+def _node_id(case: ET.Element) -> str:
+    file = case.get("file") or ""
+    classname = case.get("classname") or ""
+    name = case.get("name") or ""
+    module = file[:-3].replace("/", ".") if file.endswith(".py") else ""
+    if module and classname.startswith(module):
+        inner = classname[len(module) :].strip(".")
+    else:
+        module_path = classname.replace(".", "/")
+        file = file or module_path + ".py"
+        inner = ""
+    parts = [file, *([p for p in inner.split(".") if p]), name]
+    return "::".join(parts)
+
+
+def parse_junit(xml_text: str, scrub: str = "") -> SuiteResult:
+    """Per-test results from a pytest junit XML report (``-o junit_family=xunit1`` gives file names).
+
+    ``scrub`` (a directory path) and memory addresses are removed from messages so that the same
+    failure reads the same on every run.
+    """
+    result = SuiteResult()
+    root = ET.fromstring(xml_text)
+    for case in root.iter("testcase"):
+        node = _node_id(case)
+        status, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                status = "failed" if child.tag == "failure" else "error"
+                text_lines = (child.text or "").strip().splitlines()
+                message = child.get("message") or (text_lines[-1] if text_lines else "")
+                break
+            if child.tag == "skipped":
+                status = "skipped"
+        if scrub:
+            message = message.replace(scrub.rstrip("/") + "/", "").replace(scrub, "")
+        result.statuses[node] = status
+        if message:
+            result.messages[node] = _ADDRESS.sub("0x…", message)
+    return result
+
+
+def run_pytest(
+    repo: Path,
+    test_ids: list[str] | None = None,
+    timeout: float = 120.0,
+    python: str | None = None,
+) -> SuiteResult:
+    """Run pytest in ``repo`` (all tests, or ``test_ids``) and return per-test results.
+
+    A run that exceeds ``timeout`` is killed with its process group and reported ``timed_out``.
+    """
+    with tempfile.TemporaryDirectory(prefix="lego-junit-") as report_dir:
+        xml_path = Path(report_dir) / "report.xml"
+        cmd = [
+            python or sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "junit_family=xunit1",
+            f"--junitxml={xml_path}",
+            *_TIMEOUT_ARGS,
+            *(test_ids or []),
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+        proc = subprocess.Popen(
+            cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            output, _ = proc.communicate()
+            return SuiteResult(timed_out=True, exit_code=-9, output=output[-4000:])
+        if not xml_path.exists():
+            return SuiteResult(exit_code=proc.returncode, output=output[-4000:])
+        result = parse_junit(xml_path.read_text(encoding="utf-8"), scrub=str(repo))
+        result.exit_code = proc.returncode
+        result.output = output[-4000:]
+        if any("Timeout" in m for m in result.messages.values()):
+            result.timed_out = True
+        return result
