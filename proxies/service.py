@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from lego.config import ProxyConfig
 from lego.engines.base import Engine
-from lego.errors import ContextOverflowError, EngineError, EngineUnavailableError
+from lego.errors import ChatFormatError, ContextOverflowError, EngineError, EngineUnavailableError
 from lego.types import Generation, RequestContext, SamplingParams, TerminationLabel, Trajectory
 from proxies.errors import Api, ApiError
 from proxies.recorder import ChatTemplate, SessionRecorder, thread_key
@@ -161,7 +161,10 @@ class ProxyService:
 
     # ------------------------------------------------------------------ generation
     def count_tokens(self, req: ChatRequest) -> int:
-        text = self.chat.render_text(req.messages, req.tools or None, add_generation_prompt=True)
+        try:
+            text = self.chat.render_text(req.messages, req.tools or None, add_generation_prompt=True)
+        except (ValueError, ChatFormatError) as exc:
+            raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
         return len(self.chat.encode(text))
 
     async def complete(self, session_id: str, req: ChatRequest, api: Api) -> ChatResult:
@@ -178,7 +181,7 @@ class ProxyService:
                     raise ApiError(400, f"this session reached its limit of {s.max_turns} turns", code="max_turns")
             try:
                 call = rec.prepare(req.messages, req.tools)
-            except ValueError as exc:
+            except (ValueError, ChatFormatError) as exc:
                 raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
             sampling, headers = self._sampling(s, req, len(call.prompt_ids), main)
             # model_construct: the messages were validated on the way in; re-validating is O(history).

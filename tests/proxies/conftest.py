@@ -7,6 +7,7 @@ logprob from the real model by teacher forcing, so every recorded logprob is sti
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ class ScriptedEngine:
         self.prompts: list[list[int]] = []
         self.policy_version = 0
         self.max_model_len = real.max_model_len
+        self.delay = 0.0  # seconds each generation waits first (to test cancellation)
 
     def push(self, *texts: str) -> None:
         self.script.extend(texts)
@@ -35,6 +37,8 @@ class ScriptedEngine:
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
     ) -> Generation:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         text = self.script.pop(0) if self.script else "ok<|im_end|>"
         ids = self.chat.encode(text)[: sampling.max_tokens]
         (lps,) = await self.real.score([list(prompt_ids) + ids], [len(prompt_ids)], sampling.temperature or 1.0)
