@@ -11,7 +11,8 @@ with the harness's own way to act:
   its own way to finish -- its submit/finish tool, mini-swe-agent's
   ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` when its prompt asks for that, or else a plain
   final message (OpenCode, Claude Code and Codex end a turn that has no tool call);
-- aider (text only, prompt asks for SEARCH/REPLACE blocks): the patch as SEARCH/REPLACE blocks;
+- aider (text only, prompt asks for SEARCH/REPLACE blocks): the patch as SEARCH/REPLACE blocks,
+  on every call (aider calls again only when the edits did not land yet);
 - another text-only harness: the command in a fenced block of the language its prompt uses
   (```mswea_bash_command for mini-swe-agent's text mode, ```bash otherwise);
 - a side call (title generation, a subagent without a shell): a short plain answer.
@@ -212,7 +213,9 @@ def plan_reply(context: RequestContext, patch: str) -> OracleReply:
     if context.tools:
         return OracleReply(DONE_TEXT)
     if "SEARCH/REPLACE" in prompt:
-        return OracleReply(DONE_TEXT if "<<<<<<< SEARCH" in past else search_replace_blocks(patch))
+        # aider calls again only when the edits did not land (e.g. "I added these files to the
+        # chat", or a block that did not match), so the answer is always the blocks.
+        return OracleReply(search_replace_blocks(patch))
     fence = "mswea_bash_command" if "```mswea_bash_command" in prompt else ("bash" if "```bash" in prompt else "")
     if not fence:
         return OracleReply(DONE_TEXT)

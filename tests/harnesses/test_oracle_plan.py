@@ -114,13 +114,13 @@ def test_side_calls_without_a_shell_get_plain_text() -> None:
     assert read_only.tool is None
 
 
-def test_aider_gets_search_replace_blocks_once() -> None:
+def test_aider_gets_search_replace_blocks_until_they_land() -> None:
     msgs = [{"role": "system", "content": "Describe each change with a *SEARCH/REPLACE block*."}, START[1]]
     first = plan_reply(ctx(msgs, []), PATCH)
     assert "<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n\n\n=======\n" in first.content
     assert "notes.txt\n```\n<<<<<<< SEARCH\n=======\nfixed\n>>>>>>> REPLACE" in first.content
-    second = plan_reply(ctx(after(first, msgs), []), PATCH)
-    assert "SEARCH" not in second.content
+    added = [*after(first, msgs), {"role": "user", "content": "I added these files to the chat: calc.py"}]
+    assert plan_reply(ctx(added, []), PATCH).content == first.content
 
 
 def test_text_mode_uses_the_prompts_fence() -> None:
