@@ -178,6 +178,14 @@ class Trainer:
                 entropy = logz - (probs * resp_logits).sum(-1)
         return logp, entropy
 
+    def _rank_chunks(self, n: int) -> tuple[list[list[int]], int]:
+        """This rank's micro-batches (k % world_size == rank), padded with copies of the first so
+        every rank runs the same number of passes; returns (chunks, how many are real)."""
+        all_chunks = self._chunks(n)
+        mine = [c for k, c in enumerate(all_chunks) if k % self.dist.world_size == self.dist.rank]
+        rounds = -(-len(all_chunks) // self.dist.world_size)
+        return mine + [all_chunks[0]] * (rounds - len(mine)), len(mine)
+
     @torch.no_grad()
     def _recompute_batches(self, batches: list[_MicroBatch]) -> list[torch.Tensor]:
         return [self._token_logp(mb)[0] for mb in batches]
@@ -238,7 +246,7 @@ class Trainer:
                 for it, lp in zip(items, rollout_logprobs, strict=True)
             ]
         weights = self._weights(items)
-        chunks = [c for k, c in enumerate(self._chunks(len(items))) if k % self.dist.world_size == self.dist.rank]
+        chunks, n_real = self._rank_chunks(len(items))
         batches = [_MicroBatch([items[i] for i in c], self.device) for c in chunks]
         old = self._recompute_batches(batches)
         t_recompute = time.perf_counter() - t0
@@ -246,15 +254,15 @@ class Trainer:
         roll: list[torch.Tensor] = []
         act: list[torch.Tensor] = []
         harness: list[str] = []
-        for c, mb, o in zip(chunks, batches, old, strict=True):
+        for c, mb, o in zip(chunks[:n_real], batches, old, strict=False):
             sel = mb.mask.bool()
             roll.append(mb.rollout_logp[sel])
             act.append(o[sel])
             rows = sel.nonzero()[:, 0].tolist()
             harness.extend(items[c[r]].harness or "unknown" for r in rows)
         fid = fidelity_metrics(
-            dist_utils.gather_cat(torch.cat(roll).double()),
-            dist_utils.gather_cat(torch.cat(act).double()),
+            dist_utils.gather_cat(torch.cat(roll).double().cpu() if roll else torch.zeros(0, dtype=torch.float64)),
+            dist_utils.gather_cat(torch.cat(act).double().cpu() if act else torch.zeros(0, dtype=torch.float64)),
             dist_utils.gather_labels(harness),
         )
         self.gate.observe(fid)
@@ -265,8 +273,11 @@ class Trainer:
             ep_tokens[it.episode_id] = ep_tokens.get(it.episode_id, 0.0) + it.segment.num_sampled
         sums: dict[str, float] = {}  # token-weighted sums, except the already-normalised loss terms
         ratio_max, ratio_min = float("-inf"), float("inf")
-        for c, mb, o in zip(chunks, batches, old, strict=True):
+        for k, (c, mb, o) in enumerate(zip(chunks, batches, old, strict=True)):
             logp, entropy = self._token_logp(mb, with_entropy=True)
+            if k >= n_real:  # padding pass: FSDP needs every rank in every collective; adds zero gradient
+                (logp.sum() * 0.0).backward()
+                continue
             mb_items = [items[i] for i in c]
             w = torch.zeros_like(logp)
             for row, i in enumerate(c):

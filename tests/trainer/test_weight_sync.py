@@ -157,10 +157,10 @@ def test_vllm_errors_name_the_fix(model_dir, make_config, tmp_path):
     trainer = Trainer(model_dir, make_config())
     with FakeVLLM(fail={"/collective_rpc": 404}) as server:
         sync = VLLMWeightSync(server.url, tmp_path, "full")
-        with pytest.raises(EngineError, match="HTTP 404.*VLLM_SERVER_DEV_MODE=1"):
+        with pytest.raises(EngineError, match=r"HTTP 404.*VLLM_SERVER_DEV_MODE=1"):
             sync.push(trainer, 1)
     lora = VLLMWeightSync("http://127.0.0.1:9", tmp_path, "lora")
-    with pytest.raises(EngineError, match="needs training.finetune='lora'"):
+    with pytest.raises(EngineError, match=r"needs training\.finetune='lora'"):
         lora.push(trainer, 1)
     dead = VLLMWeightSync("http://127.0.0.1:9", tmp_path, "full", timeout_s=2)
     with pytest.raises(EngineUnavailableError, match="cannot reach vLLM"):
