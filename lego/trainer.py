@@ -273,9 +273,9 @@ class Trainer:
             ep_tokens[it.episode_id] = ep_tokens.get(it.episode_id, 0.0) + it.segment.num_sampled
         sums: dict[str, float] = {}  # token-weighted sums, except the already-normalised loss terms
         ratio_max, ratio_min = float("-inf"), float("inf")
-        for k, (c, mb, o) in enumerate(zip(chunks, batches, old, strict=True)):
+        for idx, (c, mb, o) in enumerate(zip(chunks, batches, old, strict=True)):
             logp, entropy = self._token_logp(mb, with_entropy=True)
-            if k >= n_real:  # padding pass: FSDP needs every rank in every collective; adds zero gradient
+            if idx >= n_real:  # padding pass: FSDP needs every rank in every collective; adds zero gradient
                 (logp.sum() * 0.0).backward()
                 continue
             mb_items = [items[i] for i in c]
