@@ -1,0 +1,231 @@
+"""The vLLM engine: token ids in, token ids and per-token logprobs out, against `vllm serve`.
+
+Wire format (vLLM's OpenAI-compatible ``POST /v1/completions``, with vLLM's own extensions):
+
+    request   {"model", "prompt": [ids...], "max_tokens", "temperature", "top_p", "top_k", "seed",
+               "n": 1, "stream": false, "logprobs": 0, "return_token_ids": true,
+               "return_tokens_as_token_ids": true, "skip_special_tokens": false,
+               "spaces_between_special_tokens": false, "stop_token_ids": [...],
+               "include_stop_str_in_output": true}
+    response  {"choices": [{"text", "finish_reason", "token_ids": [...], "prompt_token_ids": [...],
+               "logprobs": {"tokens": ["token_id:123", ...], "token_logprobs": [...]}}],
+               "usage": {...}}
+
+``prompt`` as a list of ints is taken as token ids (no re-tokenization); ``return_token_ids``
+(vLLM >= 0.10.2) returns the sampled ids and the prompt ids the engine saw, which are checked
+against what was sent; older servers are read through ``return_tokens_as_token_ids``
+(``"token_id:123"`` strings). ``logprobs: 0`` returns the sampled token's logprob only.
+
+What the logprobs mean: start the server with ``--logprobs-mode processed_logprobs`` so they are
+taken after temperature scaling (lego's contract: ``log_softmax(logits / T)``); in training mode
+the proxy turns off top-p / top-k, so nothing else touches them. The default ``raw_logprobs`` mode
+ignores temperature and breaks that contract at T != 1.
+
+Transient failures (connection errors, 429, 5xx) are retried with backoff; a cancelled
+``generate`` closes its HTTP request, and vLLM aborts a request whose client disconnected. Weights
+are loaded by ``lego.weight_sync`` (LoRA hot-load or full reload), which reuses ``base_url`` and
+``client``; after it succeeds it bumps ``policy_version`` (and may set ``model`` to the LoRA name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from lego.config import EngineConfig
+from lego.errors import ConfigError, ContextOverflowError, EngineError, EngineUnavailableError
+from lego.types import Generation, RequestContext, SamplingParams
+
+__all__ = ["VLLMEngine"]
+
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_OVERFLOW_HINTS = ("maximum context length", "context length", "max_model_len", "too long")
+
+
+class VLLMEngine:
+    """An :class:`~lego.engines.base.Engine` backed by a running `vllm serve` (see the module docstring)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        max_model_len: int | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._owns_client = client is None
+        self.client = client or httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
+        )
+        self._headers = headers
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.policy_version = 0
+        if model is None or max_model_len is None:
+            served, window = self._discover(headers)
+            model = model or served
+            max_model_len = max_model_len or window
+        self.model: str = model
+        self.max_model_len: int = int(max_model_len)
+
+    @classmethod
+    def from_config(cls, cfg: EngineConfig) -> VLLMEngine:
+        if not cfg.vllm_url:
+            raise ConfigError("engine.kind='vllm' needs engine.vllm_url, e.g. -o engine.vllm_url=http://127.0.0.1:8000")
+        return cls(
+            cfg.vllm_url, api_key=cfg.vllm_api_key, max_model_len=cfg.max_model_len, timeout_s=cfg.request_timeout_s
+        )
+
+    def _discover(self, headers: dict[str, str]) -> tuple[str, int]:
+        """The served model name and context window from ``GET /v1/models``."""
+        try:
+            r = httpx.get(f"{self.base_url}/v1/models", headers=headers, timeout=10.0)
+            r.raise_for_status()
+            card = r.json()["data"][0]
+        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+            raise EngineUnavailableError(
+                f"cannot read the served model from {self.base_url}/v1/models ({exc}); is `vllm serve` running there?"
+            ) from exc
+        window = card.get("max_model_len")
+        if not isinstance(window, int):
+            raise EngineError(f"{self.base_url}/v1/models names no max_model_len; pass max_model_len= explicitly")
+        return str(card["id"]), window
+
+    # ------------------------------------------------------------------ requests
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        delay = self.backoff_s
+        for attempt in range(self.max_retries + 1):
+            try:
+                r = await self.client.post(f"{self.base_url}{path}", json=body, headers=self._headers)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                if attempt == self.max_retries:
+                    raise EngineUnavailableError(
+                        f"vLLM at {self.base_url} unreachable after {attempt + 1} tries: {exc}"
+                    ) from exc
+            else:
+                if r.status_code == 200:
+                    data: dict[str, Any] = r.json()
+                    return data
+                text = r.text[:500]
+                if r.status_code == 400 and any(h in text.lower() for h in _OVERFLOW_HINTS):
+                    prompt = body.get("prompt")
+                    raise ContextOverflowError(
+                        len(prompt) if isinstance(prompt, list) else 0,
+                        int(body.get("max_tokens", 0)),
+                        self.max_model_len,
+                    )
+                if r.status_code not in _RETRY_STATUS or attempt == self.max_retries:
+                    err = EngineError(f"vLLM answered {r.status_code} to {path}: {text}")
+                    err.retryable = r.status_code in _RETRY_STATUS
+                    raise err
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+    ) -> Generation:
+        if len(prompt_ids) + 1 > self.max_model_len:
+            raise ContextOverflowError(len(prompt_ids), sampling.max_tokens, self.max_model_len)
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": list(prompt_ids),
+            "max_tokens": min(sampling.max_tokens, self.max_model_len - len(prompt_ids)),
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+            "n": 1,
+            "stream": False,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+            "include_stop_str_in_output": True,
+            "stop_token_ids": list(sampling.stop_token_ids),
+        }
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        version = self.policy_version
+        t0 = time.perf_counter()
+        data = await self._post("/v1/completions", body)
+        return self._generation(data, prompt_ids, version, time.perf_counter() - t0)
+
+    def _generation(self, data: dict[str, Any], prompt_ids: list[int], version: int, elapsed: float) -> Generation:
+        try:
+            choice = data["choices"][0]
+            lp = choice["logprobs"] or {}
+            logprobs = [float(x) for x in lp["token_logprobs"]]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise EngineError(
+                f"vLLM's completion lacks choices[0].logprobs.token_logprobs ({exc}); is it a vLLM server?"
+            ) from exc
+        ids = choice.get("token_ids")
+        if ids is None:  # servers before return_token_ids: read "token_id:123" strings
+            try:
+                ids = [int(str(t).removeprefix("token_id:")) for t in lp["tokens"]]
+            except (KeyError, ValueError) as exc:
+                raise EngineError(
+                    "vLLM returned neither token_ids nor token_id:N tokens; upgrade vLLM to >= 0.10.2"
+                ) from exc
+        seen = choice.get("prompt_token_ids")
+        if seen is not None and list(seen) != list(prompt_ids):
+            raise EngineError(
+                "vLLM saw different prompt ids than were sent (it re-tokenized the prompt); refusing to record"
+            )
+        if len(ids) != len(logprobs):
+            raise EngineError(f"vLLM returned {len(ids)} token ids but {len(logprobs)} logprobs")
+        reason = choice.get("finish_reason")
+        finish = "length" if reason == "length" else ("abort" if reason == "abort" else "stop")
+        return Generation(
+            token_ids=[int(i) for i in ids],
+            logprobs=logprobs,
+            finish_reason=finish,
+            policy_version=version,
+            prompt_tokens=len(prompt_ids),
+            engine_time_s=elapsed,
+        )
+
+    async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
+        """Teacher-forced logprobs via ``prompt_logprobs`` (vLLM scores prompts at temperature 1 only)."""
+        if temperature not in (0.0, 1.0):
+            raise EngineError(
+                "vLLM's prompt_logprobs ignore temperature; score at temperature 1 or use the trainer's forward"
+            )
+
+        async def one(seq: list[int], plen: int) -> list[float]:
+            body = {"model": self.model, "prompt": list(seq), "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
+            data = await self._post("/v1/completions", body)
+            entries = data["choices"][0].get("prompt_logprobs") or data.get("prompt_logprobs")
+            if entries is None:
+                raise EngineError("vLLM returned no prompt_logprobs; is this a vLLM server?")
+            out = []
+            for pos in range(plen, len(seq)):
+                entry = entries[pos] or {}
+                hit = entry.get(str(seq[pos]))
+                if hit is None:
+                    raise EngineError(f"vLLM's prompt_logprobs lack token {seq[pos]} at position {pos}")
+                out.append(float(hit["logprob"] if isinstance(hit, dict) else hit))
+            return out
+
+        return list(await asyncio.gather(*(one(s, p) for s, p in zip(sequences, prompt_lens, strict=True))))
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> int:
+        raise EngineError(
+            "VLLMEngine does not load weights itself: use lego.weight_sync (LoRA hot-load or full reload), "
+            "which talks to this engine's base_url and bumps policy_version"
+        )
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()
