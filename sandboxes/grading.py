@@ -138,8 +138,10 @@ def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: f
     ``timeout`` bounds the test run (default: ``cfg.command_timeout_s``).
     """
     cfg = cfg or SandboxConfig()
+    t0 = time.monotonic()
     sb = create_sandbox(cfg, task)
     try:
-        return grade_in(sb, task, diff, timeout=timeout)
+        result = grade_in(sb, task, diff, timeout=timeout)
     finally:
         sb.close()
+    return result.model_copy(update={"duration_s": time.monotonic() - t0})
