@@ -141,6 +141,13 @@ class Trainer:
         self.gate = FidelityGate(self.train_cfg.fidelity.min_pearson, self.train_cfg.fidelity.patience)
         self.step_count = 0
 
+    @classmethod
+    def from_config(cls, config: LegoConfig, device: str | torch.device | None = None) -> Trainer:
+        """The trainer for ``engine.model`` (``"default"``: the embedded tiny policy, built on first use)."""
+        from lego.models.tiny import resolve_model
+
+        return cls(resolve_model(config.engine.model), config, device)
+
     def _wrap_lora(self, model: torch.nn.Module) -> torch.nn.Module:
         try:
             from peft import LoraConfig, get_peft_model

@@ -21,8 +21,8 @@ A ``vllm serve`` endpoint (``engine.kind = "vllm"``), through vLLM's own HTTP AP
   start vLLM with ``VLLM_SERVER_DEV_MODE=1``.
 
 The version bump for a remote engine: the engine object gets ``set_served_model(name, version)``
-when it has it (so it sends the new adapter name and records the version on every generation);
-otherwise its ``policy_version`` attribute is set.
+when it has it; otherwise (``lego.engines.vllm.VLLMEngine``) its ``model`` (the name requests
+send: the new adapter's in LoRA mode) and ``policy_version`` attributes are set.
 """
 
 from __future__ import annotations
@@ -169,6 +169,8 @@ def sync_weights(trainer: Trainer, engine: Any, vllm: VLLMWeightSync | None = No
     setter = getattr(engine, "set_served_model", None)
     if callable(setter):
         setter(name, version)
-    else:
+    else:  # lego.engines.vllm.VLLMEngine: requests name ``engine.model``; generations record the version
+        if isinstance(getattr(engine, "model", None), str):
+            engine.model = name
         engine.policy_version = version
     return version

@@ -28,6 +28,8 @@ def build_model_dir(out: Path, seed: int = 0) -> Path:
         head_dim=16,
         max_position_embeddings=256,
         tie_word_embeddings=False,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     model = Qwen3ForCausalLM(cfg)
     model.save_pretrained(out)

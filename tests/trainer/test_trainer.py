@@ -114,3 +114,10 @@ def test_items_from_trajectories_drops_infra_failures(items):
 def test_empty_batch_is_refused(model_dir, make_config):
     with pytest.raises(ValueError, match="at least one TrainItem"):
         Trainer(model_dir, make_config()).step([])
+
+
+def test_from_config_resolves_a_model_dir(model_dir, make_config):
+    cfg = make_config()
+    cfg.engine.model = str(model_dir)
+    trainer = Trainer.from_config(cfg, device="cpu")
+    assert trainer.model_dir == model_dir and trainer.step_count == 0
