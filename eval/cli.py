@@ -23,17 +23,14 @@ import click
 from eval.report import markdown, render, render_dir
 from eval.results import EvalSpec, PolicySpec, read_checkpoint_meta
 from eval.runner import SampleFnFactory, run_eval
-from lego.errors import ConfigError
-from lego.registry import Registry
+from lego.errors import ConfigError, TaskError
 from lego.types import Task
+from sandboxes.tasks.sources import BuiltinSource, load_source
 
-__all__ = ["DEFAULT_SAMPLE_FN", "TASK_SOURCES", "eval_group", "load_tasks", "parse_policies"]
+__all__ = ["DEFAULT_SAMPLE_FN", "eval_group", "load_tasks", "parse_policies"]
 
 DEFAULT_SAMPLE_FN = "lego.rollout:eval_sample_fn"
 
-TASK_SOURCES = Registry("task source", {})
-"""Named task sources (``--tasks NAME[:split]``); each entry's target is a zero-argument callable
-returning a :class:`lego.seams.TaskSource`. A SWE-bench JSONL path and ``module:attr`` also work."""
 
 
 def parse_policies(values: tuple[str, ...], bases: tuple[str, ...]) -> list[PolicySpec]:
@@ -60,41 +57,18 @@ def parse_policies(values: tuple[str, ...], bases: tuple[str, ...]) -> list[Poli
     return specs
 
 
-def _split_source(arg: str) -> tuple[str, str | None]:
-    """``SOURCE[:split]``: the split is split off only when what remains names a source."""
-    if Path(arg).is_file():
-        return arg, None
-    left, sep, right = arg.rpartition(":")
-    if sep and (Path(left).is_file() or left in TASK_SOURCES.names() or ":" in left):
-        return left, right or None
-    return arg, None
-
-
 def load_tasks(arg: str, limit: int | None = None) -> list[Task]:
-    """Tasks from ``SOURCE[:split]``: a SWE-bench JSONL file (split filters on the ``split`` field),
-    a registered source name, or ``module:attr`` of a TaskSource factory. First ``limit`` tasks."""
-    source, split = _split_source(arg)
-    if Path(source).is_file():
-        tasks = []
-        for n, line in enumerate(Path(source).read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    tasks.append(Task.model_validate_json(line))
-                except ValueError as exc:
-                    raise ConfigError(f"{source}:{n} is not a task record: {exc}") from exc
-        tasks = [t for t in tasks if split is None or t.split == split]
-    else:
-        try:
-            make_source = TASK_SOURCES.resolve(source)
-        except ConfigError as exc:
-            raise ConfigError(
-                f"--tasks {arg!r}: no such file or task source ({exc}); give a SWE-bench JSONL file, "
-                f"one of {TASK_SOURCES.names() or '(none registered)'}, or module:attr of a TaskSource factory"
-            ) from exc
-        tasks = list(make_source().tasks(split))
-    if not tasks:
-        raise ConfigError(f"--tasks {arg!r} holds no tasks" + (f" in split {split!r}" if split else ""))
-    return tasks[:limit] if limit else tasks
+    """Tasks from ``SOURCE[:split]`` (``builtin``, ``builtin:heldout``, a SWE-bench JSONL file,
+    ``file.jsonl:split``), with their repos ready; the first ``limit`` of them."""
+    try:
+        source = load_source(arg)
+        records = list(source.records()) if isinstance(source, BuiltinSource) else list(source.tasks())
+    except TaskError as exc:
+        raise ConfigError(f"--tasks {arg!r}: {exc}") from exc
+    if not records:
+        raise ConfigError(f"--tasks {arg!r} holds no tasks")
+    records = records[:limit] if limit else records
+    return [source.prepare(t) for t in records] if isinstance(source, BuiltinSource) else records
 
 
 def _load_factory(target: str) -> SampleFnFactory:

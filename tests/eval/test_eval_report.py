@@ -109,9 +109,9 @@ def test_cli_options_and_task_loading(tmp_path: Path) -> None:
     tasks.write_text("\n".join(t.model_dump_json() for t in rows) + "\n")
     assert [t.instance_id for t in load_tasks(f"{tasks}:a")] == ["t0", "t2", "t4"]
     assert [t.instance_id for t in load_tasks(str(tasks), limit=2)] == ["t0", "t1"]
-    with pytest.raises(ConfigError, match="no tasks in split 'zzz'"):
+    with pytest.raises(ConfigError, match="has no split 'zzz'"):
         load_tasks(f"{tasks}:zzz")
-    with pytest.raises(ConfigError, match="no such file or task source"):
+    with pytest.raises(ConfigError, match="unknown task source"):
         load_tasks("nowhere:heldout")
     with pytest.raises(ConfigError, match="given twice"):
         parse_policies(("a=x", "a=y"), ())
