@@ -21,10 +21,10 @@ __all__ = ["SuiteResult", "copy_tree", "parse_junit", "run_pytest"]
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".git")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
-try:  # per-test timeouts turn a mutant's infinite loop into a reported failure
+try:  # a test stuck past 5 s (a mutant's infinite loop) ends the whole run at once: thread method
     import pytest_timeout  # noqa: F401
 
-    _TIMEOUT_ARGS = ["--timeout=10"]
+    _TIMEOUT_ARGS = ["--timeout=5", "-o", "timeout_method=thread"]
 except ImportError:
     _TIMEOUT_ARGS = []
 
@@ -130,7 +130,8 @@ def run_pytest(
             output, _ = proc.communicate()
             return SuiteResult(timed_out=True, exit_code=-9, output=output[-4000:])
         if not xml_path.exists():
-            return SuiteResult(exit_code=proc.returncode, output=output[-4000:])
+            hung = "+ Timeout +" in output
+            return SuiteResult(timed_out=hung, exit_code=proc.returncode, output=output[-4000:])
         result = parse_junit(xml_path.read_text(encoding="utf-8"), scrub=str(repo))
         result.exit_code = proc.returncode
         result.output = output[-4000:]
