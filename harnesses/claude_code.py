@@ -4,7 +4,8 @@ Claude Code speaks the Anthropic Messages API (streaming) with its own tools (Ba
 Write, Grep, Glob, Task, ...) as ``tool_use`` blocks. It is pointed at the proxy by
 ``ANTHROPIC_BASE_URL`` (no ``/v1``: the client appends it) with a dummy key; every model alias
 (main, the small/fast model used for titles and summaries, subagents) is the policy's name;
-nonessential traffic, telemetry and the auto-updater are off; its config lives in a scratch
+nonessential traffic, experimental API betas (server-side features a local policy cannot
+serve), telemetry and the auto-updater are off; its config lives in a scratch
 ``CLAUDE_CONFIG_DIR`` in the sandbox's private home. ``IS_SANDBOX=1`` lets
 ``--dangerously-skip-permissions`` run as root, which is right because our sandbox isolates it.
 """
@@ -41,6 +42,7 @@ class ClaudeCodeHarness(InstalledHarness):
             "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
             "CLAUDE_CODE_SUBAGENT_MODEL": model,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1",
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_ERROR_REPORTING": "1",
