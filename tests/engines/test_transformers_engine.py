@@ -39,6 +39,15 @@ def assert_matches(engine_lps: list[float], ref_lps: list[float]) -> None:
         assert np.corrcoef(np.exp(a), np.exp(b))[0, 1] >= 0.9999
 
 
+def assert_finished_properly(engine: TransformersEngine, gen, max_tokens: int) -> None:
+    """Either the token budget ran out, or the last token is an eos id (the random model may say it)."""
+    if gen.finish_reason == "length":
+        assert len(gen.token_ids) == max_tokens
+    else:
+        assert gen.finish_reason == "stop" and gen.token_ids[-1] in engine.eos_token_ids
+        assert not set(gen.token_ids[:-1]) & set(engine.eos_token_ids)
+
+
 def prompts_of_different_lengths(chat_format, n: int) -> list[list[int]]:
     out = []
     for i in range(n):
@@ -57,7 +66,7 @@ def test_single_request_logprobs_match_teacher_forcing(engine, chat_format) -> N
     prompt = chat_format.render([{"role": "user", "content": "hello"}], add_generation_prompt=True)
     for temperature in (1.0, 0.7):
         gen = asyncio.run(engine.generate(prompt, SamplingParams(temperature=temperature, max_tokens=24, seed=3)))
-        assert len(gen.token_ids) == 24 and gen.finish_reason == "length"
+        assert_finished_properly(engine, gen, 24)
         assert gen.prompt_tokens == len(prompt)
         assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids, temperature))
 
@@ -80,7 +89,7 @@ def test_sixteen_concurrent_requests_are_batched_without_padding_leaks(engine, c
     gens = asyncio.run(run())
     assert engine.stats["batches"] == before + 1 and engine.stats["max_batch_size_seen"] == 16
     for i, (prompt, gen) in enumerate(zip(prompts, gens, strict=True)):
-        assert len(gen.token_ids) == 8 + 2 * i
+        assert_finished_properly(engine, gen, 8 + 2 * i)
         assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids))
     # A seeded request draws the same tokens alone as inside the batch.
     alone = asyncio.run(engine.generate(prompts[5], SamplingParams(max_tokens=18, seed=5)))
@@ -122,7 +131,7 @@ def test_context_overflow_and_clamping(engine) -> None:
     with pytest.raises(ContextOverflowError, match="context window of 256"):
         asyncio.run(engine.generate(list(range(3, 259)), SamplingParams(max_tokens=4)))
     gen = asyncio.run(engine.generate(list(range(3, 253)), SamplingParams(max_tokens=100, seed=0)))
-    assert len(gen.token_ids) == 6 and gen.finish_reason == "length"
+    assert_finished_properly(engine, gen, 6)  # max_tokens=100 clamped to the 6 positions left
     with pytest.raises(EngineError, match="empty prompt"):
         asyncio.run(engine.generate([], SamplingParams()))
 
