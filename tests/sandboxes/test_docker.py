@@ -1,0 +1,128 @@
+"""The docker backend, for real: needs a running engine and the test image (.ci/docker-setup.sh)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socketserver
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lego.config import SandboxConfig
+from lego.seams import Sandbox
+from lego.types import Task
+from sandboxes.factory import create_sandbox
+from sandboxes.grading import grade
+
+pytestmark = pytest.mark.docker
+
+IMAGE = os.environ.get("LEGO_DOCKER_TEST_IMAGE", "lego-test-bookworm:latest")
+
+
+@pytest.fixture(scope="module")
+def client() -> Any:
+    try:
+        from sandboxes.docker import docker_client
+
+        c = docker_client()
+        c.images.get(IMAGE)
+    except Exception as exc:
+        pytest.skip(f"no Docker engine or no {IMAGE} image ({exc}); run .ci/docker-setup.sh")
+    return c
+
+
+@pytest.fixture
+def cfg() -> SandboxConfig:
+    return SandboxConfig(kind="docker", docker_image=IMAGE, max_processes=64, command_timeout_s=60)
+
+
+@pytest.fixture
+def sb(client: Any, cfg: SandboxConfig, calc_task: Task) -> Iterator[Any]:
+    box = create_sandbox(cfg, calc_task)
+    yield box
+    box.close()
+
+
+def test_protocol_exec_read_write_diff(sb: Any) -> None:
+    assert isinstance(sb, Sandbox) and sb.repo_dir == "/repo" and sb.history_strip
+    assert sb.exec("pwd; ls").stdout.split() == ["/repo", "calc", "tests"]
+    assert "1 passed" in sb.exec("python -m pytest -q -p no:cacheprovider tests 2>&1 | tail -1").stdout
+    sb.write("calc/__init__.py", b"def add(a, b):\n    return a + b\n")
+    assert sb.read("calc/__init__.py") == b"def add(a, b):\n    return a + b\n"
+    sb.exec("python -c 'import calc'")
+    diff = sb.diff()
+    assert "+    return a + b" in diff and "__pycache__" not in diff
+
+
+def test_no_network_and_timeouts(sb: Any) -> None:
+    probe = sb.exec("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)\"")
+    assert probe.exit_code != 0 and "unreachable" in probe.stderr.lower()
+    slow = sb.exec("sleep 60 & sleep 60", timeout=1)
+    assert slow.timed_out and slow.exit_code == 124
+    assert "sleep 60" not in sb.exec("ps -eo args 2>/dev/null || ls /proc").stdout
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"via-proxy")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _UnixHTTP(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def test_proxy_bridge(client: Any, cfg: SandboxConfig, calc_task: Task, tmp_path: Path) -> None:
+    sock = tmp_path / "p.sock"
+    server = _UnixHTTP(str(sock), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with create_sandbox(cfg, calc_task, proxy_uds=sock) as box:  # type: ignore[attr-defined]
+            url = f"http://127.0.0.1:{box.proxy_port}/v1/models"
+            got = box.exec(f"python3 -c \"import urllib.request; print(urllib.request.urlopen('{url}').read())\"")
+            assert "via-proxy" in got.stdout, got
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_grading_in_docker(client: Any, cfg: SandboxConfig, calc_task: Task) -> None:
+    assert grade(calc_task, calc_task.patch, cfg=cfg).reward == 1.0
+    assert grade(calc_task, "", cfg=cfg).reward == 0.0
+
+
+DOCKERFILE = f"""FROM {IMAGE}
+RUN mkdir -p /testbed/calc && cd /testbed && git init -q && git config user.email t@t && git config user.name t \\
+ && printf 'def add(a, b):\\n    return a - b\\n' > calc/__init__.py && git add -A && git commit -qm base \\
+ && git checkout -qb fix && printf 'def add(a, b):\\n    return a + b  # UPSTREAM\\n' > calc/__init__.py \\
+ && git commit -qam fix && git checkout -q - && git remote add origin https://example.invalid/calc.git
+"""
+
+
+def test_image_repo_history_is_stripped(client: Any, cfg: SandboxConfig) -> None:
+    task = Task(instance_id="img-1", repo="t/calc", problem_statement="p", patch="", dockerfile=DOCKERFILE)
+    with create_sandbox(cfg, task) as box:  # type: ignore[attr-defined]
+        assert box.repo_dir == "/testbed" and box.history_strip
+        dig = box.exec(
+            "git log --all --oneline | wc -l; git remote; git rev-list --all --objects | cut -d' ' -f1 | git cat-file --batch"
+        )
+        assert dig.stdout.startswith("1\n") and "UPSTREAM" not in dig.stdout
+        box.write("calc/__init__.py", b"def add(a, b):\n    return a + b\n")
+        assert "+    return a + b" in box.diff()
+
+
+def test_cleanup_leftovers(client: Any, cfg: SandboxConfig, calc_task: Task) -> None:
+    from sandboxes.docker import DockerSandbox, cleanup_leftovers
+
+    box = DockerSandbox(calc_task, cfg, run_id="leftover-test")
+    box._closed = True  # simulate a crashed run that never closed its sandbox
+    assert cleanup_leftovers(run_id="leftover-test", client=client) == 1
+    assert not client.containers.list(all=True, filters={"label": "lego.run_id=leftover-test"})
