@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -86,8 +86,8 @@ def build_app(service: ProxyService) -> Starlette:
             if len(body) > limit:
                 raise ApiError(413, f"request body exceeds the {limit}-byte limit", "too_large")
         try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}")

@@ -35,28 +35,14 @@ class ToolSpec(BaseModel):
     function: FunctionSpec
 
 
-class ToolCallIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str
-    type: Literal["function"] = "function"
-    function: dict[str, Any]
-
-
-class ChatMessageIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[Any] | None = None
-    tool_calls: list[ToolCallIn] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
-
-
 class ChatCompletionRequest(BaseModel):
     """The fields of ``POST /v1/chat/completions`` the proxy reads; others are accepted and ignored."""
 
     model_config = ConfigDict(extra="allow")
     model: str = ""
-    messages: list[ChatMessageIn] = Field(min_length=1)
+    # Messages are checked by canonical_message rather than per-message pydantic models: a long
+    # agent history has hundreds of them and per-turn cost must stay O(new messages).
+    messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[ToolSpec] | None = None
     tool_choice: str | dict[str, Any] | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -89,36 +75,45 @@ def _arguments(raw: Any) -> str:
     return raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
 
 
-def canonical_message(m: ChatMessageIn, i: int) -> dict[str, Any]:
+def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(raw, list):
+        raise ApiError(400, f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
+    calls = []
+    for j, c in enumerate(raw):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
+            raise ApiError(400, f"{where}.tool_calls[{j}] needs a string 'id' and a 'function' with a string 'name'")
+        calls.append(
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": fn["name"], "arguments": _arguments(fn.get("arguments", "{}"))},
+            }
+        )
+    return calls
+
+
+def canonical_message(m: Any, i: int) -> dict[str, Any]:
     where = f"messages[{i}]"
-    role = m.role
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise ApiError(400, f"{where}: each message must be an object with a string 'role'", param=f"{where}.role")
+    role = m["role"]
     if role in ("system", "developer"):
-        return {"role": "system", "content": text_of_parts(m.content, where)}
+        return {"role": "system", "content": text_of_parts(m.get("content"), where)}
     if role == "user":
-        return {"role": "user", "content": text_of_parts(m.content, where)}
+        return {"role": "user", "content": text_of_parts(m.get("content"), where)}
     if role == "assistant":
-        out: dict[str, Any] = {"role": "assistant", "content": text_of_parts(m.content, where)}
-        if m.reasoning_content:
-            out["reasoning_content"] = m.reasoning_content
-        if m.tool_calls:
-            calls = []
-            for c in m.tool_calls:
-                name = c.function.get("name")
-                if not isinstance(name, str):
-                    raise ApiError(400, f"{where}.tool_calls: each function needs a string 'name'")
-                calls.append(
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": _arguments(c.function.get("arguments", "{}"))},
-                    }
-                )
-            out["tool_calls"] = calls
+        out: dict[str, Any] = {"role": "assistant", "content": text_of_parts(m.get("content"), where)}
+        reasoning = m.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            out["reasoning_content"] = reasoning
+        if m.get("tool_calls"):
+            out["tool_calls"] = _tool_calls(m["tool_calls"], where)
         return out
     if role == "tool":
-        if not m.tool_call_id:
-            raise ApiError(400, f"{where}: a tool message needs 'tool_call_id'", param=f"{where}.tool_call_id")
-        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": text_of_parts(m.content, where)}
+        if not isinstance(m.get("tool_call_id"), str):
+            raise ApiError(400, f"{where}: a tool message needs a string 'tool_call_id'", param=f"{where}.tool_call_id")
+        return {"role": "tool", "tool_call_id": m["tool_call_id"], "content": text_of_parts(m.get("content"), where)}
     raise ApiError(
         400, f"{where}: unknown role {role!r}; use system, developer, user, assistant or tool", param=f"{where}.role"
     )
