@@ -19,8 +19,40 @@ _WORDS = (
     "parse config cache value key path file line token user item order record table column row "
     "index buffer stream request response client server session handler error result status count "
     "total limit offset page size name title text data field schema model event queue worker task "
-    "job retry timeout delay start stop open close read write load save merge split join format"
+    "job retry timeout delay start stop open close read write load save merge split join format "
+    "account address amount archive attempt author batch branch build bytes callback channel commit "
+    "config context cursor date default delta device digest entry encoding env export filter flag "
+    "graph group hash header host image input issue label layout lock message method metric mode "
+    "node number option output owner package parent payload pattern plugin policy port prefix "
+    "price process profile prompt query range reason region report resource route rule sample "
+    "scope score secret selector sequence setting shape signal source state step storage suffix "
+    "summary tag target template tenant thread ticket timestamp topic total trace url user version "
+    "view weight window"
 ).split()
+_DESCRIPTIONS = (
+    "Run a shell command in the repository and return its output.",
+    "Read a file, optionally a range of lines.",
+    "Replace an exact string in a file with another string.",
+    "Create a new file or overwrite an existing one.",
+    "Search the repository for a regular expression.",
+    "List the files in a directory.",
+    "Submit the final answer when the task is complete.",
+    "Fetch a URL and return the response body as text.",
+)
+_ENGLISH = (
+    "the test fails because the function returns early when the list is empty",
+    "this change keeps the public interface the same and only fixes the edge case",
+    "I could not reproduce the problem on the main branch, so I checked the release tag",
+    "the error message should say which file and which line were wrong",
+    "please add a regression test that fails without the fix",
+    "the default timeout is too short for large uploads on slow networks",
+    "we should not retry requests that are not idempotent",
+    "after upgrading, the command prints a warning about a deprecated option",
+    "the documentation describes the old behaviour and needs an update",
+    "a missing value is treated as zero, which hides real errors",
+    "the cache grows without bound because expired entries are never removed",
+    "sorting is not stable when two records share the same key",
+)
 _MODULES = ("core", "utils", "io", "cli", "models", "parser", "cache", "client", "reader", "writer", "config")
 _PACKAGES = ("textkit", "confparse", "lrucache", "tablekit", "httpmini", "dateutil2", "inventory", "sync")
 _EXCEPTIONS = ("ValueError", "KeyError", "TypeError", "IndexError", "AttributeError", "AssertionError")
@@ -142,7 +174,38 @@ def _prose(r: random.Random) -> str:
     )
 
 
-_KINDS = (_pytest_run, _traceback, _diff, _tool_call, _tool_call, _prose, _prose)
+def _tool_schema(r: random.Random) -> str:
+    props = {
+        w: {"type": r.choice(("string", "integer", "boolean")), "description": f"The {w} to use."}
+        for w in r.sample(_WORDS, r.randint(1, 3))
+    }
+    tool = {
+        "type": "function",
+        "function": {
+            "name": _ident(r),
+            "description": r.choice(_DESCRIPTIONS),
+            "parameters": {"type": "object", "properties": props, "required": sorted(props)[:1]},
+        },
+    }
+    return json.dumps(tool, ensure_ascii=False)
+
+
+def _english(r: random.Random) -> str:
+    first = r.choice(_ENGLISH)
+    return f"{first[0].upper()}{first[1:]}; {r.choice(_ENGLISH)}. {r.choice(_ENGLISH).capitalize()}."
+
+
+def _chatml(r: random.Random) -> str:
+    """A short conversation in the ChatML layout the chat template produces."""
+    turns = [f"<|im_start|>user\n{_prose(r)}<|im_end|>"]
+    for _ in range(r.randint(1, 3)):
+        turns.append(f"<|im_start|>assistant\n{_prose(r)}\n{_tool_call(r)}<|im_end|>")
+        turns.append(f"<|im_start|>user\n<tool_response>\n{_pytest_run(r)}\n</tool_response><|im_end|>")
+    turns.append(f"<|im_start|>assistant\n<think>\n{_english(r)}\n</think>\n\n{_prose(r)}<|im_end|>")
+    return "\n".join(turns)
+
+
+_KINDS = (_pytest_run, _traceback, _diff, _tool_call, _tool_call, _prose, _prose, _tool_schema, _english, _chatml)
 
 
 def synthetic_corpus(seed: int = 0, target_chars: int = 240_000) -> str:
