@@ -133,6 +133,7 @@ class Trainer:
         if self.dist.world_size > 1:
             dist_utils.shard_model(model)
         self.model = model
+        self._logits_to_keep = self._supports_logits_to_keep(model)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=self.train_cfg.lr, betas=self.train_cfg.betas, weight_decay=self.train_cfg.weight_decay
@@ -140,6 +141,14 @@ class Trainer:
         self.loss_fn = policy_loss_for(self.algo)
         self.gate = FidelityGate(self.train_cfg.fidelity.min_pearson, self.train_cfg.fidelity.patience)
         self.step_count = 0
+
+    @staticmethod
+    def _supports_logits_to_keep(model: torch.nn.Module) -> bool:
+        """Whether the model's forward takes per-row ``logits_to_keep`` positions (most HF causal LMs)."""
+        import inspect
+
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
 
     @classmethod
     def from_config(cls, config: LegoConfig, device: str | torch.device | None = None) -> Trainer:
@@ -173,9 +182,16 @@ class Trainer:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log p(response token | prefix) at ``algorithm.temperature``: (B, R), and entropy (B, R)."""
         net = self.model if model is None else model
-        logits = net(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits  # (B, L, V)
-        idx = mb.gather_pos[..., None].expand(-1, -1, logits.shape[-1])
-        resp_logits = torch.gather(logits, 1, idx).float() / self.algo.temperature  # (B, R, V)
+        if self._logits_to_keep:
+            # Project only the response positions onto the vocabulary (transformers' logits_to_keep
+            # takes (B, R) positions): a long agentic prompt costs no lm_head work or logits memory.
+            logits = net(
+                input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False, logits_to_keep=mb.gather_pos
+            ).logits  # (B, R, V)
+        else:
+            full = net(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits  # (B, L, V)
+            logits = torch.gather(full, 1, mb.gather_pos[..., None].expand(-1, -1, full.shape[-1]))  # (B, R, V)
+        resp_logits = logits.float() / self.algo.temperature  # (B, R, V)
         logz = torch.logsumexp(resp_logits, dim=-1)  # (B, R)
         logp = resp_logits.gather(-1, mb.resp_ids[..., None]).squeeze(-1) - logz
         entropy = None

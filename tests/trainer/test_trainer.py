@@ -121,3 +121,13 @@ def test_from_config_resolves_a_model_dir(model_dir, make_config):
     cfg.engine.model = str(model_dir)
     trainer = Trainer.from_config(cfg, device="cpu")
     assert trainer.model_dir == model_dir and trainer.step_count == 0
+
+
+def test_logits_to_keep_path_equals_full_logits_path(model_dir, items, make_config):
+    trainer = Trainer(model_dir, make_config(micro_batch_size=3))
+    assert trainer._logits_to_keep  # Qwen3 takes per-row positions
+    fast = trainer.recompute(items)
+    trainer._logits_to_keep = False
+    slow = trainer.recompute(items)
+    for a, b in zip(fast, slow, strict=True):
+        assert a == pytest.approx(b, abs=1e-6)
