@@ -164,3 +164,27 @@ def test_load_weights_bumps_version_and_changes_outputs(tiny_model_dir, chat_for
 def test_build_engine_from_config(tiny_model_dir) -> None:
     engine = build_engine(EngineConfig(kind="transformers", model=str(tiny_model_dir), device="cpu", max_model_len=64))
     assert isinstance(engine, TransformersEngine) and engine.max_model_len == 64
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_batched_logprobs_track_teacher_forcing(tiny_model_dir, chat_format) -> None:
+    """On CUDA the default dtype is bf16, so agreement is looser than the fp32 CPU bound."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    engine = TransformersEngine(tiny_model_dir, device="cuda")
+    assert engine.model.dtype == torch.bfloat16
+    prompts = prompts_of_different_lengths(chat_format, 8)
+
+    async def run() -> list:
+        return await asyncio.gather(
+            *[engine.generate(p, SamplingParams(max_tokens=16, seed=i)) for i, p in enumerate(prompts)]
+        )
+
+    gens = asyncio.run(run())
+    ref = asyncio.run(
+        engine.score([p + g.token_ids for p, g in zip(prompts, gens, strict=True)], [len(p) for p in prompts], 1.0)
+    )
+    a = np.exp(np.concatenate([g.logprobs for g in gens]))
+    b = np.exp(np.concatenate(ref))
+    assert np.corrcoef(a, b)[0, 1] >= 0.99
+    asyncio.run(engine.close())
