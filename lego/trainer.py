@@ -147,7 +147,7 @@ class Trainer:
         """Whether the model's forward takes per-row ``logits_to_keep`` positions (most HF causal LMs)."""
         import inspect
 
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
         return "logits_to_keep" in inspect.signature(base.forward).parameters
 
     @classmethod
