@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -78,11 +79,9 @@ def doctor() -> None:
             table.add_row(name, "[yellow]not installed[/yellow]", f"lego harness install {name} (needs {needs})")
             continue
         exe = spec.executable_path(name)
-        argv = (
-            [str(exe), "--version"] if not exe.name.startswith("python") else [str(exe), "-c", "import openhands.sdk"]
-        )
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            proc = subprocess.run([str(exe), *spec.check_args], capture_output=True, text=True, timeout=60, env=env)
             ok, detail = proc.returncode == 0, (proc.stdout + proc.stderr).strip().splitlines()[:1]
         except (OSError, subprocess.TimeoutExpired) as exc:
             ok, detail = False, [str(exc)]

@@ -46,6 +46,9 @@ class InstallSpec(BaseModel):
     extra_packages: tuple[str, ...] = Field((), description="Further pinned requirements installed alongside.")
     python: str = Field("/usr/bin/python3.11", description="Base interpreter of the venv (pip kind).")
     executable: str = Field(description="Entry point relative to the install dir, e.g. venv/bin/mini.")
+    check_args: tuple[str, ...] = Field(
+        ("--version",), description="Arguments that make the entry point prove it starts."
+    )
 
     def install_dir(self, name: str) -> Path:
         return harnesses_root() / name

@@ -26,7 +26,7 @@ __all__ = ["MiniSweAgentHarness"]
 class MiniSweAgentHarness(InstalledHarness):
     name: ClassVar[str] = "mini-swe-agent"
     install_spec: ClassVar[InstallSpec] = InstallSpec(
-        kind="pip", package="mini-swe-agent", version="2.4.6", executable="venv/bin/mini"
+        kind="pip", package="mini-swe-agent", version="2.4.6", executable="venv/bin/mini", check_args=("--help",)
     )
 
     def config(self, endpoint: Endpoint, limits: HarnessLimits) -> dict[str, Any]:

@@ -30,6 +30,7 @@ class OpenHandsHarness(InstalledHarness):
         extra_packages=("openhands-tools==1.58.2",),
         python="/root/.pyenv/versions/3.12.1/bin/python3.12",
         executable="venv/bin/python",
+        check_args=("-c", "import openhands.sdk, openhands.tools; print('openhands-sdk and openhands-tools import')"),
     )
 
     def environment(self, endpoint: Endpoint, home: str) -> dict[str, str]:

@@ -117,7 +117,16 @@ def run_one(name: str, task: Task, proxy: Any, limits: HarnessLimits) -> dict[st
     return {"result": result, "grade": graded, "trajectory": proxy.trajectory(sid), "version": harness.version()}
 
 
-HARNESS_NAMES = ["lego-agent", "mini-swe-agent", "aider", "openhands", "opencode", "claude-code", "codex"]
+# openhands installs in over two minutes (pip resolves ~150 packages), so it runs with -m slow_harness.
+HARNESS_NAMES = [
+    "lego-agent",
+    "mini-swe-agent",
+    "aider",
+    pytest.param("openhands", marks=pytest.mark.slow_harness),
+    "opencode",
+    "claude-code",
+    "codex",
+]
 
 
 @pytest.mark.parametrize("name", HARNESS_NAMES)
