@@ -161,6 +161,26 @@ def test_load_weights_bumps_version_and_changes_outputs(tiny_model_dir, chat_for
     asyncio.run(engine.close())
 
 
+def test_cancelled_request_leaves_the_batch_and_others_finish(engine, chat_format) -> None:
+    prompts = prompts_of_different_lengths(chat_format, 3)
+
+    async def run() -> list:
+        with engine.paused():
+            tasks = [
+                asyncio.create_task(engine.generate(p, SamplingParams(max_tokens=12, seed=i)))
+                for i, p in enumerate(prompts)
+            ]
+            await asyncio.sleep(0.05)
+            tasks[1].cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    first, cancelled, last = asyncio.run(run())
+    assert isinstance(cancelled, asyncio.CancelledError)
+    for prompt, gen in ((prompts[0], first), (prompts[2], last)):
+        assert_finished_properly(engine, gen, 12)
+        assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids))
+
+
 def test_build_engine_from_config(tiny_model_dir) -> None:
     engine = build_engine(EngineConfig(kind="transformers", model=str(tiny_model_dir), device="cpu", max_model_len=64))
     assert isinstance(engine, TransformersEngine) and engine.max_model_len == 64

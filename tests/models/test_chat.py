@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer
@@ -12,7 +13,7 @@ from lego.errors import ChatFormatError
 from lego.models.chat import ChatFormat
 from lego.models.tiny import chat_template
 
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -45,7 +46,7 @@ def _call(cid: str, name: str, args: dict) -> dict:
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-CONVERSATION = [
+CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a careful coding agent."},
     {"role": "user", "content": "The test test_truncate fails. Fix it."},
     {
