@@ -70,10 +70,9 @@ class MiniSweAgentHarness(InstalledHarness):
         status = self.exit_status(sandbox, traj_path)
         turns = status.get("api_calls", 0)
         result.turns = int(turns) if isinstance(turns, int | float) else 0
+        # Other exit statuses (Submitted, a policy that kept breaking the format) end normally.
         if result.reason == "completed" and status.get("exit_status") == "LimitsExceeded":
             result.reason = "max_turns"
-        elif result.reason == "completed" and status.get("exit_status") not in ("Submitted", None):
-            result.reason = "harness_error"
         return result
 
     def exit_status(self, sandbox: Sandbox, traj_path: str) -> dict[str, Any]:

@@ -143,3 +143,28 @@ def test_oracle_rollout_grades_reward_1(name: str, task: Task, proxy: Any) -> No
     logprobs = [lp for s in sampled for lp, m in zip(s.response_logprobs, s.response_mask, strict=True) if m == 1]
     assert logprobs and all(lp is not None and math.isfinite(lp) and lp <= 0 for lp in logprobs)
     assert out["version"]
+
+
+def test_a_crashing_harness_is_a_harness_error_and_the_next_rollout_is_unaffected(task: Task, proxy: Any) -> None:
+    from sandboxes.local import LocalSandbox
+
+    harness = get_harness("lego-agent")
+    sandbox = LocalSandbox(task, SandboxConfig(), proxy_uds=Path(proxy.uds))
+    try:
+        wrong = f"http://127.0.0.1:{sandbox.proxy_port}/no/such/route/v1"
+        endpoint = Endpoint(base_url=wrong, anthropic_base_url=wrong)
+        harness.prepare(sandbox, endpoint)
+        result = harness.run(task, sandbox, endpoint, HarnessLimits(max_turns=3, timeout_s=120))
+    finally:
+        sandbox.close()
+    assert result.reason == "harness_error" and result.exit_code == 1
+    assert "HTTP 404" in result.logs
+    again = run_one("lego-agent", task, proxy, HarnessLimits(max_turns=10, timeout_s=300))
+    assert again["result"].reason == "completed" and again["grade"].reward == 1.0
+
+
+def test_a_hanging_harness_times_out(task: Task, proxy: Any) -> None:
+    if installed("mini-swe-agent") is None:
+        pytest.skip("mini-swe-agent is not installed; run `lego harness install mini-swe-agent`")
+    out = run_one("mini-swe-agent", task, proxy, HarnessLimits(max_turns=10, timeout_s=1))
+    assert out["result"].reason == "timeout" and out["result"].exit_code is None
