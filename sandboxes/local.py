@@ -306,7 +306,8 @@ class LocalSandbox:
         if not self.isolated:
             return inner
         ns = ["nsenter", "-t", str(self._ns_pid), "-U", "-m", "-n", "-i", "-u", "-p", "-C", "-r"]
-        return [*ns, "--preserve-credentials", "--", *inner]
+        # nsenter'd processes do not inherit bwrap's no_new_privs: set it again for each command.
+        return [*ns, "--preserve-credentials", "--", "setpriv", "--no-new-privs", *inner]
 
     def run_bytes(
         self,

@@ -48,7 +48,8 @@ def sb(client: Any, cfg: SandboxConfig, calc_task: Task) -> Iterator[Any]:
 
 
 def test_protocol_exec_read_write_diff(sb: Any) -> None:
-    assert isinstance(sb, Sandbox) and sb.repo_dir == "/repo" and sb.history_strip
+    assert sb.history_strip
+    assert isinstance(sb, Sandbox) and sb.repo_dir == "/repo"
     assert sb.exec("pwd; ls").stdout.split() == ["/repo", "calc", "tests"]
     assert "1 passed" in sb.exec("python -m pytest -q -p no:cacheprovider tests 2>&1 | tail -1").stdout
     sb.write("calc/__init__.py", b"def add(a, b):\n    return a + b\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sandboxes.guards import agent_texts, filter_diff, guard_flags, scan_hack_signatures, split_diff, tamper_reason
@@ -115,7 +117,7 @@ def test_ordinary_commands_are_not_hacks(text: str) -> None:
 
 
 def test_agent_texts_only_reads_what_the_agent_wrote() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "git log --all shows nothing"},
         {
             "role": "assistant",
