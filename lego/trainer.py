@@ -238,16 +238,22 @@ class Trainer:
         return [w[i, : len(it.segment.response_ids)] * it.weight for i, it in enumerate(items)]
 
     def step(
-        self, items: Sequence[TrainItem], rollout_logprobs: Sequence[Sequence[float | None]] | None = None
+        self,
+        items: Sequence[TrainItem],
+        rollout_logprobs: Sequence[Sequence[float | None]] | None = None,
+        old_logprobs: Sequence[Sequence[float]] | None = None,
     ) -> dict[str, float]:
         """One update: recompute -> fidelity (gate) -> loss -> backward per micro-batch -> clip -> AdamW.
 
         ``rollout_logprobs`` overrides the engine logprobs recorded on the segments (one list per item,
-        aligned with ``response_ids``). Returns the step's metrics: ``actor/*`` (loss, clip fraction,
-        KL, entropy, grad norm, tokens), the fidelity metrics, and ``perf/*`` timings.
-        Raises :class:`FidelityError` (before touching the weights) when the gate trips."""
+        aligned with ``response_ids``). ``old_logprobs`` (e.g. from :meth:`recompute` before a first
+        update on the same batch) makes this a further update against that π_old: ratios and GSPO's
+        clip then act; the gate is only consulted when π_old is recomputed here. Returns the step's
+        metrics: ``actor/*`` (loss, clip fraction, KL, entropy, grad norm, tokens), the fidelity
+        metrics and ``perf/*`` timings. Raises :class:`FidelityError`, before touching the weights,
+        when the gate trips."""
         t0 = time.perf_counter()
-        metrics = self.compute_gradients(items, rollout_logprobs)
+        metrics = self.compute_gradients(items, rollout_logprobs, old_logprobs)
         metrics["actor/grad_norm"] = self._clip_and_step()
         wall = time.perf_counter() - t0
         metrics["perf/trainer_step_s"] = wall
@@ -256,7 +262,10 @@ class Trainer:
         return metrics
 
     def compute_gradients(
-        self, items: Sequence[TrainItem], rollout_logprobs: Sequence[Sequence[float | None]] | None = None
+        self,
+        items: Sequence[TrainItem],
+        rollout_logprobs: Sequence[Sequence[float | None]] | None = None,
+        old_logprobs: Sequence[Sequence[float]] | None = None,
     ) -> dict[str, float]:
         """Everything in :meth:`step` up to (not including) clipping and the optimizer step: the
         gradient of the full-batch loss is left in ``.grad`` (accumulated over micro-batches)."""
@@ -271,29 +280,20 @@ class Trainer:
         weights = self._weights(items)
         chunks, n_real = self._rank_chunks(len(items))
         batches = [_MicroBatch([items[i] for i in c], self.device) for c in chunks]
-        old = self._recompute_batches(batches)
+        current = self._recompute_batches(batches)  # log πθ now, no grad
+        old = (
+            current
+            if old_logprobs is None
+            else [self._pad_rows(old_logprobs, c, cur) for c, cur in zip(chunks, current, strict=True)]
+        )
         t_recompute = time.perf_counter() - t0
 
-        roll: list[torch.Tensor] = []
-        act: list[torch.Tensor] = []
-        harness: list[str] = []
-        for c, mb, o in zip(chunks[:n_real], batches, old, strict=False):
-            sel = mb.mask.bool()
-            roll.append(mb.rollout_logp[sel])
-            act.append(o[sel])
-            rows = sel.nonzero()[:, 0].tolist()
-            harness.extend(items[c[r]].harness or "unknown" for r in rows)
-        fid = fidelity_metrics(
-            dist_utils.gather_cat(torch.cat(roll).double().cpu() if roll else torch.zeros(0, dtype=torch.float64)),
-            dist_utils.gather_cat(torch.cat(act).double().cpu() if act else torch.zeros(0, dtype=torch.float64)),
-            dist_utils.gather_labels(harness),
-        )
-        self.gate.observe(fid)
+        fid = self._fidelity(items, chunks[:n_real], batches, old)
+        if old_logprobs is None:
+            self.gate.observe(fid)
 
-        # Episode token counts over the whole batch: GSPO's Δ pools an episode's segments.
-        ep_tokens: dict[str, float] = {}
-        for it in items:
-            ep_tokens[it.episode_id] = ep_tokens.get(it.episode_id, 0.0) + it.segment.num_sampled
+        episodes = {e: i for i, e in enumerate(dict.fromkeys(it.episode_id for it in items))}
+        delta = self._episode_deltas(items, episodes, chunks[:n_real], batches, current, old)
         sums: dict[str, float] = {}  # token-weighted sums, except the already-normalised loss terms
         ratio_max, ratio_min = float("-inf"), float("inf")
         for idx, (c, mb, o) in enumerate(zip(chunks, batches, old, strict=True)):
@@ -301,16 +301,15 @@ class Trainer:
             if idx >= n_real:  # padding pass: FSDP needs every rank in every collective; adds zero gradient
                 (logp.sum() * 0.0).backward()
                 continue
-            mb_items = [items[i] for i in c]
             w = torch.zeros_like(logp)
             for row, i in enumerate(c):
                 w[row, : len(weights[i])] = weights[i].to(self.device)
-            adv = torch.tensor([it.advantage for it in mb_items], device=self.device)
-            delta = self._episode_delta(mb_items, o, logp, mb.mask, ep_tokens)
+            adv = torch.tensor([items[i].advantage for i in c], device=self.device)
+            seq = delta[[episodes[items[i].episode_id] for i in c]].to(device=self.device, dtype=logp.dtype)
             ref = self._ref_logp(mb) if self.algo.kl_coef > 0 else None
             loss, m = self.loss_fn(
                 o, logp, adv, mb.mask, self.algo,
-                token_weight=w, seq_log_ratio=delta, rollout_logp=mb.rollout_logp, ref_logp=ref,
+                token_weight=w, seq_log_ratio=seq, rollout_logp=mb.rollout_logp, ref_logp=ref,
             )  # fmt: skip
             (loss * self.dist.world_size).backward()  # FSDP averages over ranks; our weights already sum to 1
             n = m["actor/tokens"]
@@ -326,30 +325,61 @@ class Trainer:
             {
                 "actor/lr": self.optimizer.param_groups[0]["lr"],
                 "actor/segments": float(len(items)),
-                "actor/episodes": float(len(ep_tokens)),
+                "actor/episodes": float(len(episodes)),
                 "perf/recompute_s": t_recompute,
             }
         )
         return metrics
 
-    def _episode_delta(
-        self,
-        mb_items: list[TrainItem],
-        old: torch.Tensor,
-        logp: torch.Tensor,
-        mask: torch.Tensor,
-        ep_tokens: dict[str, float],
-    ) -> torch.Tensor:
-        """GSPO's Δ per row, pooled over the row's episode.
+    def _pad_rows(self, rows: Sequence[Sequence[float]], chunk: list[int], like: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(like)
+        for r, i in enumerate(chunk):
+            if rows[i]:
+                out[r, : len(rows[i])] = torch.tensor(list(rows[i]), dtype=like.dtype)
+        return out
 
-        The weights do not change between micro-batches, so the episode's rows in other micro-batches
-        have log πθ == log π_old and add 0 to the numerator; the denominator counts all of them."""
-        diff = ((logp.detach() - old) * mask).sum(-1)  # (B,)
-        keys = [it.episode_id for it in mb_items]
-        num: dict[str, torch.Tensor] = {}
-        for k, d in zip(keys, diff, strict=True):
-            num[k] = num.get(k, torch.zeros((), device=diff.device)) + d
-        return torch.stack([num[k] / max(ep_tokens[k], 1.0) for k in keys])
+    def _fidelity(
+        self, items: Sequence[TrainItem], chunks: list[list[int]], batches: list[_MicroBatch], old: list[torch.Tensor]
+    ) -> dict[str, float]:
+        """Fidelity metrics over every rank's sampled tokens (rollout vs π_old)."""
+        roll: list[torch.Tensor] = []
+        act: list[torch.Tensor] = []
+        harness: list[str] = []
+        for c, mb, o in zip(chunks, batches, old, strict=False):
+            sel = mb.mask.bool()
+            roll.append(mb.rollout_logp[sel])
+            act.append(o[sel])
+            harness.extend(items[c[r]].harness or "unknown" for r in sel.nonzero()[:, 0].tolist())
+        empty = torch.zeros(0, dtype=torch.float64)
+        return fidelity_metrics(
+            dist_utils.gather_cat(torch.cat(roll).double().cpu() if roll else empty),
+            dist_utils.gather_cat(torch.cat(act).double().cpu() if act else empty),
+            dist_utils.gather_labels(harness),
+        )
+
+    def _episode_deltas(
+        self,
+        items: Sequence[TrainItem],
+        episodes: dict[str, int],
+        chunks: list[list[int]],
+        batches: list[_MicroBatch],
+        current: list[torch.Tensor],
+        old: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """GSPO's Δ for each episode, pooled over all its segments (on every rank): (E,).
+
+        Δₑ = Σ m (log πθ − log π_old) / Σ m over the episode's sampled tokens. The weights do not
+        change while gradients accumulate, so the no-grad ``current`` pass gives log πθ's value."""
+        num = torch.zeros(len(episodes), dtype=torch.float64)
+        den = torch.zeros(len(episodes), dtype=torch.float64)
+        for c, mb, cur, o in zip(chunks, batches, current, old, strict=False):
+            diff = ((cur - o).double() * mb.mask).sum(-1).cpu()
+            for row, i in enumerate(c):
+                num[episodes[items[i].episode_id]] += diff[row]
+        for it in items:
+            den[episodes[it.episode_id]] += it.segment.num_sampled
+        num = torch.tensor(dist_utils.all_reduce_sum(num.tolist()), dtype=torch.float64) if len(num) else num
+        return num / den.clamp(min=1.0)
 
     @torch.no_grad()
     def _ref_logp(self, mb: _MicroBatch) -> torch.Tensor:

@@ -131,3 +131,15 @@ def test_logits_to_keep_path_equals_full_logits_path(model_dir, items, make_conf
     slow = trainer.recompute(items)
     for a, b in zip(fast, slow, strict=True):
         assert a == pytest.approx(b, abs=1e-6)
+
+
+def test_further_update_against_an_older_policy_clips(model_dir, items, make_config):
+    trainer = Trainer(model_dir, make_config())
+    old = trainer.recompute(items)
+    trainer.step(items)
+    consecutive = trainer.gate.consecutive
+    m = trainer.step(items, old_logprobs=old)
+    assert m["actor/ratio_max"] != 1.0 or m["actor/ratio_min"] != 1.0
+    assert m["actor/pg_clipfrac"] > 0  # lr 1e-3 moves the policy far past GSPO's 4e-4 trust region
+    assert m[PEARSON] > 0.9999  # fidelity is rollout vs the given π_old
+    assert trainer.gate.consecutive == consecutive

@@ -1,5 +1,6 @@
 """Invariance on the real (tiny) model: settings that must give the same gradient do."""
 
+import pytest
 import torch
 
 from lego.algos import token_weights
@@ -74,14 +75,24 @@ def test_two_segment_episode_equals_one_segment_with_the_same_tokens(model_dir, 
         TrainItem(segment=second, advantage=1.3, episode_id="e"),
     ]
     whole = [*others, TrainItem(segment=s, advantage=1.3, episode_id="e")]
-    for mbs in (1, 4):
-        a = Trainer(model_dir, make_config(micro_batch_size=mbs))
-        ma = a.compute_gradients(split)
-        b = Trainer(model_dir, make_config(micro_batch_size=mbs))
-        mb = b.compute_gradients(whole)
-        assert abs(ma["actor/pg_loss"] - mb["actor/pg_loss"]) < 1e-6
-        assert ma["actor/episodes"] == mb["actor/episodes"] == 3
-        _close(_grads(a), _grads(b))
+    # Off-policy too (a further update against an older π_old): GSPO's Δ pools the episode's two
+    # segments even when they land in different micro-batches.
+    shift = [0.0001 * ((-1) ** j) * (j + 1) for j in range(len(s.response_ids))]
+    for off_policy in (False, True):
+        for mbs in (1, 4):
+            a = Trainer(model_dir, make_config(micro_batch_size=mbs))
+            b = Trainer(model_dir, make_config(micro_batch_size=mbs))
+            old_a = old_b = None
+            if off_policy:
+                rec = b.recompute(whole)
+                old_b = [*rec[:2], [x + d for x, d in zip(rec[2], shift, strict=True)]]
+                old_a = [*rec[:2], old_b[2][:n], old_b[2][n + 3 :]]
+            ma = a.compute_gradients(split, old_logprobs=old_a)
+            mb = b.compute_gradients(whole, old_logprobs=old_b)
+            assert abs(ma["actor/pg_loss"] - mb["actor/pg_loss"]) < 1e-6
+            assert ma["actor/episodes"] == mb["actor/episodes"] == 3
+            assert ma["actor/ratio_max"] == pytest.approx(mb["actor/ratio_max"], abs=1e-7)
+            _close(_grads(a), _grads(b))
 
 
 def test_zero_advantage_batch_gives_zero_gradient(model_dir, items, make_config):
