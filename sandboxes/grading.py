@@ -18,8 +18,10 @@ are supported (the built-in suite and SWE-bench-style Python tasks).
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
+import tarfile
 import time
 import uuid
 
@@ -65,15 +67,34 @@ def pytest_sessionfinish(session, exitstatus):
 '''
 
 
-def _apply(sb: Sandbox, patch: str, path: str) -> tuple[bool, str]:
-    sb.write(path, patch.encode())
-    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-    res = sb.exec(["git", "apply", "--whitespace=nowarn", "--binary", path], env=env, timeout=120)
-    return res.exit_code == 0, (res.stderr or res.stdout).strip()
+_AGENT_PATCH_FAILED, _TEST_PATCH_FAILED = 90, 91
+_SCRIPT = """set -u
+W=$1; shift
+mkdir -p "$W" && tar -xf "$W.tar" -C "$W" || exit 92
+export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
+if [ -s "$W/agent.patch" ]; then git apply --whitespace=nowarn --binary "$W/agent.patch" || exit 90; fi
+if [ -s "$W/test.patch" ]; then git apply --whitespace=nowarn --binary "$W/test.patch" || exit 91; fi
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$W" LEGO_GRADE_REPORT="$W/report.json" exec "$@"
+"""
+
+
+def _bundle(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 def grade_in(sb: Sandbox, task: Task, diff: str, *, timeout: float | None = None) -> GradeResult:
-    """Grade ``diff`` inside ``sb``, which must be a fresh sandbox of ``task``'s pristine repo."""
+    """Grade ``diff`` inside ``sb``, which must be a fresh sandbox of ``task``'s pristine repo.
+
+    Three sandbox calls: write one tar (both patches and the reporter), one exec (unpack, apply the
+    agent's diff, apply the hidden tests, run pytest), read the report.
+    """
     t0 = time.monotonic()
     if "pytest" not in task.test_cmd:
         raise GradingError(
@@ -87,30 +108,26 @@ def grade_in(sb: Sandbox, task: Task, diff: str, *, timeout: float | None = None
     log: list[str] = []
     if excluded:
         log.append("excluded from the graded diff: " + ", ".join(excluded))
-    applied = True
-    if kept.strip():
-        applied, msg = _apply(sb, kept, f"{work}/agent.patch")
-        if not applied:
-            log.append(f"the agent's diff does not apply: {msg}")
-    if task.test_patch.strip():
-        ok, msg = _apply(sb, task.test_patch, f"{work}/test.patch")
-        if not ok:
-            raise GradingError(
-                f"task {task.instance_id}: the hidden test_patch does not apply ({msg}); rebuild the task"
-            )
+    sb.write(
+        f"{work}.tar",
+        _bundle({"agent.patch": kept, "test.patch": task.test_patch, "lego_grade_report.py": REPORT_PLUGIN}),
+    )
+    tests = [*shlex.split(task.test_cmd), "-p", "no:cacheprovider", "-p", "lego_grade_report", "-q", *names]
+    run = sb.exec(["/bin/sh", "-c", _SCRIPT, "grade", work, *tests], timeout=timeout)
+    output = (run.stdout + run.stderr)[-4000:]
+    if run.exit_code == _TEST_PATCH_FAILED:
+        raise GradingError(
+            f"task {task.instance_id}: the hidden test_patch does not apply ({output.strip()}); rebuild the task"
+        )
+    applied = run.exit_code != _AGENT_PATCH_FAILED
     results = {n: "missing" for n in names}
     exit_status: int | None = None
-    if applied:
-        sb.write(f"{work}/lego_grade_report.py", REPORT_PLUGIN.encode())
-        report_path = f"{work}/report.json"
-        cmd = f"{task.test_cmd} -p no:cacheprovider -p lego_grade_report -q " + " ".join(shlex.quote(n) for n in names)
-        env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": work, "LEGO_GRADE_REPORT": report_path}
-        run = sb.exec(cmd, env=env, timeout=timeout)
-        log.append(
-            f"$ {cmd}\n[exit {run.exit_code}{' timeout' if run.timed_out else ''}]\n{(run.stdout + run.stderr)[-4000:]}"
-        )
+    if not applied:
+        log.append(f"the agent's diff does not apply: {output.strip()}")
+    else:
+        log.append(f"$ {shlex.join(tests)}\n[exit {run.exit_code}{' timeout' if run.timed_out else ''}]\n{output}")
         try:
-            report = json.loads(sb.read(report_path))
+            report = json.loads(sb.read(f"{work}/report.json"))
             got = report.get("tests", {})
             exit_status = int(report.get("exitstatus", -1))
             for n in names:
