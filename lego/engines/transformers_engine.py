@@ -194,6 +194,9 @@ class TransformersEngine:
         """Blocking ``score``: right-padded batches of ``max_batch_size``, run between generation batches."""
         if len(sequences) != len(prompt_lens):
             raise EngineError(f"{len(sequences)} sequences but {len(prompt_lens)} prompt lengths")
+        for s, p in zip(sequences, prompt_lens, strict=True):
+            if len(s) > self.max_model_len:
+                raise ContextOverflowError(p, len(s) - p, self.max_model_len)
         t = temperature if temperature > 0 else 1.0
         out: list[list[float]] = []
         with self._lock, torch.no_grad():
@@ -221,7 +224,10 @@ class TransformersEngine:
         Keys may be a subset (e.g. only the trained layers); an unknown key is an error. An empty
         mapping only bumps the version (for a trainer that updated ``model`` in place).
         """
-        params = dict(self.model.named_parameters())
+        # state_dict() names tied weights under every alias (lm_head.weight and the embedding),
+        # named_parameters() only once: accept both, the copy lands in the shared tensor either way.
+        params = dict(self.model.state_dict(keep_vars=True))
+        params.update(dict(self.model.named_parameters()))
         params.update(dict(self.model.named_buffers()))
         unknown = [k for k in state_dict if k not in params]
         if unknown:

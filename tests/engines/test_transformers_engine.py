@@ -132,6 +132,8 @@ def test_context_overflow_and_clamping(engine) -> None:
         asyncio.run(engine.generate(list(range(3, 259)), SamplingParams(max_tokens=4)))
     gen = asyncio.run(engine.generate(list(range(3, 253)), SamplingParams(max_tokens=100, seed=0)))
     assert_finished_properly(engine, gen, 6)  # max_tokens=100 clamped to the 6 positions left
+    with pytest.raises(ContextOverflowError):
+        asyncio.run(engine.score([list(range(3, 300))], [10], 1.0))
     with pytest.raises(EngineError, match="empty prompt"):
         asyncio.run(engine.generate([], SamplingParams()))
 
