@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 
 from proxies.server import ProxyServer
@@ -168,3 +169,15 @@ def test_anthropic_tool_use_then_tool_result(scripted: Any) -> None:
     traj = srv.trajectory("t")
     assert len(traj.segments) == 1 and traj.counters["calls"] == 2
     assert traj.messages[-2] == {"role": "tool", "tool_call_id": tool_use.id, "content": "a.py b.py"}  # type: ignore[union-attr]
+
+
+def test_unix_socket_serving_with_the_openai_sdk(tiny_engine: Any, chat_format: Any, tmp_path: Any) -> None:
+    from lego.config import ProxyConfig
+
+    sock = str(tmp_path / "proxy.sock")
+    with ProxyServer(tiny_engine, chat_format, ProxyConfig(uds=sock, default_max_tokens=4)) as srv:
+        http = httpx.Client(transport=httpx.HTTPTransport(uds=sock))
+        client = openai.OpenAI(base_url=srv.session_base_url("u"), api_key="k", http_client=http, max_retries=0)
+        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert srv.uds == sock and r.usage is not None and r.usage.completion_tokens >= 1
+        assert len(srv.trajectory("u").segments) == 1

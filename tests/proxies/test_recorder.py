@@ -1,0 +1,110 @@
+"""The pure segment recorder with the real chat format (no server, no engine): O(new messages)
+delta rendering gives exactly the template's own tokens, closing tokens are mask 0, and rewrites /
+retries / threads behave as DESIGN.md says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lego.types import Generation
+from proxies.recorder import SessionRecorder
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "run",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+        },
+    }
+]
+
+
+def _turn(
+    rec: SessionRecorder, chat: Any, messages: list[dict[str, Any]], text: str, tools: Any = TOOLS, salt: str = ""
+) -> tuple[Any, dict[str, Any]]:
+    call = rec.prepare(messages, tools)
+    ids = chat.encode(text)
+    gen = Generation(
+        token_ids=ids,
+        logprobs=[-0.25] * len(ids),
+        finish_reason="stop" if ids[-1] in chat.eos_token_ids else "length",
+        policy_version=3,
+    )
+    msg = chat.to_message(chat.parse(ids, tools, id_salt=salt or str(len(messages))))
+    rec.commit(call, gen, msg)
+    return call, msg
+
+
+def test_windowed_rendering_equals_the_templates_own_tokens(chat_format: Any) -> None:
+    rec = SessionRecorder(chat_format)
+    two_calls = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "pwd"}}\n</tool_call><|im_end|>'
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    _, msg = _turn(rec, chat_format, messages, two_calls)
+    ids = [c["id"] for c in msg["tool_calls"]]
+    messages += [
+        msg,
+        {"role": "tool", "tool_call_id": ids[0], "content": "a"},
+        {"role": "tool", "tool_call_id": ids[1], "content": "/w"},
+    ]
+    _, msg = _turn(rec, chat_format, messages, "<think>\nhm\n</think>\n\nnow what?<|im_end|>")
+    messages += [msg, {"role": "user", "content": "continue"}, {"role": "system", "content": "reminder"}]
+    call, msg = _turn(rec, chat_format, messages, "ok then")  # no end-of-turn sampled: closed with mask 0
+    (seg,) = rec.segments()
+    assert call.mode == "extend" and rec.counters["template_unstable"] == 0
+    snapshot, _ = rec.snapshot()
+    assert seg.input_ids == chat_format.render(snapshot, TOOLS)
+    tail = chat_format.encode("<|im_end|>\n")
+    assert seg.response_ids[-len(tail) :] == tail and seg.response_mask[-len(tail) :] == [0] * len(tail)
+    assert all(v == 3 for v, m in zip(seg.response_versions, seg.response_mask, strict=True) if m)
+    assert all(
+        v is None and lp is None
+        for v, lp, m in zip(seg.response_versions, seg.response_logprobs, seg.response_mask, strict=True)
+        if not m
+    )
+
+
+def test_prepare_changes_nothing_until_commit(chat_format: Any) -> None:
+    rec = SessionRecorder(chat_format)
+    messages = [{"role": "user", "content": "hi"}]
+    _turn(rec, chat_format, messages, "hello<|im_end|>", tools=None)
+    before = rec.segments()
+    rec.prepare([{"role": "user", "content": "something else entirely"}], None)  # a rewrite whose generation fails
+    assert rec.segments() == before and rec.counters["rewrites"] == 0
+
+
+def test_tools_change_is_another_thread_and_side_threads_are_not_exported(chat_format: Any) -> None:
+    rec = SessionRecorder(chat_format)
+    main = [{"role": "system", "content": "agent"}, {"role": "user", "content": "task"}]
+    for i in range(2):
+        _, msg = _turn(rec, chat_format, main, f"step {i}<|im_end|>")
+        main += [msg, {"role": "user", "content": f"next {i}"}]
+    _turn(
+        rec,
+        chat_format,
+        [{"role": "system", "content": "agent"}, {"role": "user", "content": "title?"}],
+        "A title<|im_end|>",
+        tools=None,
+    )
+    assert len(rec.threads) == 2 and rec.counters["side_calls"] == 1
+    (seg,) = rec.segments()
+    assert "A title" not in chat_format.decode(seg.input_ids)
+
+
+def test_history_truncated_to_an_earlier_boundary_reuses_its_tokens_in_a_new_segment(chat_format: Any) -> None:
+    rec = SessionRecorder(chat_format)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "agent"}, {"role": "user", "content": "task"}]
+    history = []
+    for i in range(3):
+        _, msg = _turn(rec, chat_format, messages, f"step {i}<|im_end|>")
+        messages += [msg, {"role": "user", "content": f"next {i}"}]
+        history.append(list(messages))
+    first = rec.segments()[0]
+    call, _ = _turn(rec, chat_format, [*history[0][:4], {"role": "user", "content": "edited"}], "redo<|im_end|>")
+    assert call.mode == "new_segment"
+    old, new = rec.segments()
+    assert old == first
+    # The kept prefix (through the first assistant turn) is the very same token ids.
+    shared = len(chat_format.render(history[0][:3], TOOLS))
+    assert new.input_ids[:shared] == first.input_ids[:shared]
