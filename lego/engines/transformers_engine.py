@@ -162,7 +162,9 @@ class TransformersEngine:
         ``max_tokens`` is clamped to the room left in the context window; ContextOverflowError is
         raised only when there is no room for even one token (``len(prompt) + 1 > max_model_len``).
         Stops on an eos id or a ``stop_token_ids`` id (included in ``token_ids``, finish_reason
-        "stop") or at the token limit ("length").
+        "stop") or at the token limit ("length"). ``logprobs[i]`` is
+        ``log_softmax(raw_logits / temperature)[token_ids[i]]`` before top-k/top-p truncation
+        (temperature 1 when greedy).
         """
         if self._closed:
             raise EngineUnavailableError("the engine is closed; create a new one")

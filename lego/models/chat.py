@@ -12,6 +12,12 @@ and tools are OpenAI tool dicts ``{"type": "function", "function": {"name", "des
 never a copy), so ``render`` equals ``tokenizer.apply_chat_template(..., tokenize=True)``.
 Before rendering, tool-call arguments given as JSON strings are decoded to objects, as vLLM and
 the transformers chat pipeline do, so templates that iterate over arguments (qwen3-coder) work.
+
+Prefix stability (lego's own templates; the proxy relies on it): rendering ``messages[:k]``
+without a generation prompt is a prefix, in text and in ids, of rendering ``messages[:k+1]`` --
+except between two consecutive ``tool`` messages, which share one user turn as in Qwen3 (a
+request never ends inside such a group). Real Qwen3 templates strip historical ``<think>``
+blocks and are not prefix-stable; the proxy then seals the segment, as the design says.
 """
 
 from __future__ import annotations
