@@ -32,6 +32,7 @@ __all__ = [
     "kill_tree",
     "pristine_template",
     "sandbox_id",
+    "template_info",
     "verify_history_strip",
 ]
 
@@ -132,6 +133,19 @@ def pristine_template(repo_path: str | Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+_TEMPLATE_INFO: dict[Path, tuple[str, bool]] = {}
+
+
+def template_info(template: Path) -> tuple[str, bool]:
+    """(HEAD commit, history strip verified) of a template, computed once per process: templates
+    are immutable (agents only ever see them read-only), so a byte copy inherits both."""
+    info = _TEMPLATE_INFO.get(template)
+    if info is None:
+        info = (git(template, "rev-parse", "HEAD").strip(), verify_history_strip(template))
+        _TEMPLATE_INFO[template] = info
+    return info
 
 
 def copy_pristine(repo_path: str | Path, dest: Path) -> Path:

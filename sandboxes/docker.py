@@ -43,7 +43,7 @@ from typing import Any
 from lego.config import SandboxConfig
 from lego.errors import SandboxError
 from lego.types import ExecResult, Task
-from sandboxes.base import git, pristine_template, sandbox_id, verify_history_strip
+from sandboxes.base import pristine_template, sandbox_id, template_info
 from sandboxes.runtime import python_runtime
 
 __all__ = ["LABEL", "DockerSandbox", "cleanup_leftovers", "docker_client", "new_run_id"]
@@ -148,7 +148,7 @@ class DockerSandbox:
                 self.repo_dir = "/repo"
                 volumes[str(self.root)] = {"bind": self.repo_dir, "mode": "rw"}
                 volumes[str(self.template / ".git")] = {"bind": _BASE_GIT, "mode": "ro"}
-                self.base_commit = git(self.root, "rev-parse", "HEAD").strip()
+                self.base_commit, _ = template_info(self.template)
             else:
                 self.root = self.host_dir
                 self.repo_dir = str(task.metadata.get("repo_dir", "/testbed"))
@@ -178,7 +178,7 @@ class DockerSandbox:
             )
             self._image_path = self._image_env_path()
             if task.repo_path:
-                self.history_strip = verify_history_strip(self.root)
+                self.history_strip = template_info(self.template)[1]
             else:
                 self.history_strip = self._strip_image_repo()
             if proxy_uds is not None:

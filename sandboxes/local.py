@@ -55,7 +55,7 @@ from pathlib import Path
 from lego.config import SandboxConfig
 from lego.errors import SandboxError, TaskError
 from lego.types import ExecResult, Task
-from sandboxes.base import descendants, git, kill_tree, pristine_template, sandbox_id, verify_history_strip
+from sandboxes.base import descendants, kill_tree, pristine_template, sandbox_id, template_info
 from sandboxes.cgroup import PidCgroup
 from sandboxes.runtime import python_runtime
 
@@ -117,8 +117,7 @@ class LocalSandbox:
             self.template = pristine_template(task.repo_path)
             self.root = self.host_dir / "repo"
             shutil.copytree(self.template, self.root, symlinks=True)
-            self.base_commit = git(self.root, "rev-parse", "HEAD").strip()
-            self.history_strip = verify_history_strip(self.root)
+            self.base_commit, self.history_strip = template_info(self.template)
             self.runtime = python_runtime()
             self.repo_dir = REPO_DIR if self.isolated else str(self.root)
             self.proxy_port: int | None = None

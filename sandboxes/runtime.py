@@ -14,6 +14,7 @@ and the runtime venv. The rest of the host home stays invisible.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata as md
 import os
 import shutil
@@ -96,6 +97,7 @@ def _build(dest: Path, final: Path) -> None:
         script.chmod(0o755)
 
 
+@functools.cache
 def python_runtime() -> PythonRuntime:
     """The task runtime for the running interpreter, building it on first use."""
     ver = ".".join(map(str, sys.version_info[:3]))
