@@ -1,3 +1,5 @@
+# mypy: disable-error-code="union-attr,arg-type,list-item,attr-defined,index,misc,typeddict-item,call-overload"
+# (the SDKs type requests as TypedDict unions and responses as wide unions; these tests check shapes at run time)
 """Token-exact recording through the real proxy: one segment per unbroken conversation, the mask on
 exactly the sampled tokens, logprobs equal to a teacher-forced forward, new segments on rewrites,
 exact-retry rollback, subagent isolation, overflow and training-mode sampling."""
@@ -54,7 +56,7 @@ def _echo(msg: Any) -> dict[str, Any]:
 def _assert_teacher_forced(seg: Segment, engine: Any) -> None:
     (forward,) = engine.score_sync([seg.input_ids], [len(seg.prompt_ids)], 1.0)
     sampled = [(lp, f) for lp, f, m in zip(seg.response_logprobs, forward, seg.response_mask, strict=True) if m]
-    assert sampled and max(abs(lp - f) for lp, f in sampled) <= 1e-4  # type: ignore[operator]
+    assert sampled and max(abs(lp - f) for lp, f in sampled) <= 1e-4
 
 
 def _run_tool_conversation(srv: ProxyServer, engine: Any, turns: int, session: str = "r") -> list[dict[str, Any]]:
@@ -65,7 +67,7 @@ def _run_tool_conversation(srv: ProxyServer, engine: Any, turns: int, session: s
     ]
     for i in range(turns):
         engine.push(_tool_turn(i))
-        r = client.chat.completions.create(model="m", messages=messages, tools=[BASH])  # type: ignore[arg-type,list-item]
+        r = client.chat.completions.create(model="m", messages=messages, tools=[BASH])
         msg = r.choices[0].message
         assert msg.tool_calls
         messages += [
@@ -113,7 +115,7 @@ def test_compaction_starts_a_second_segment_and_keeps_the_first(scripted: Any, t
     before = srv.trajectory("r").segments[0]
     compacted = [messages[0], {"role": "user", "content": "Summary: looked at f0..f3. Continue."}]
     engine.push("done<|im_end|>")
-    _client(srv).chat.completions.create(model="m", messages=compacted, tools=[BASH])  # type: ignore[arg-type,list-item]
+    _client(srv).chat.completions.create(model="m", messages=compacted, tools=[BASH])
     traj = srv.trajectory("r")
     assert len(traj.segments) == 2 and traj.counters["rewrites"] == 1
     assert traj.segments[0] == before
@@ -127,9 +129,9 @@ def test_exact_retry_rolls_back_only_the_last_generation(scripted: Any) -> None:
     messages = _run_tool_conversation(srv, engine, 3)
     client = _client(srv)
     engine.push("first try<|im_end|>", "second try<|im_end|>")
-    client.chat.completions.create(model="m", messages=messages, tools=[BASH])  # type: ignore[arg-type,list-item]
+    client.chat.completions.create(model="m", messages=messages, tools=[BASH])
     kept_before = srv.trajectory("r").segments[0].num_sampled
-    r = client.chat.completions.create(model="m", messages=messages, tools=[BASH])  # type: ignore[arg-type,list-item]
+    r = client.chat.completions.create(model="m", messages=messages, tools=[BASH])
     assert r.choices[0].message.content == "second try"
     traj = srv.trajectory("r")
     (seg,) = traj.segments
@@ -146,9 +148,9 @@ def test_replacing_the_last_assistant_turn_is_a_retry(scripted: Any) -> None:
     messages = _run_tool_conversation(srv, engine, 2)
     engine.push("draft<|im_end|>", "final<|im_end|>")
     client = _client(srv)
-    client.chat.completions.create(model="m", messages=messages, tools=[BASH])  # type: ignore[arg-type,list-item]
+    client.chat.completions.create(model="m", messages=messages, tools=[BASH])
     edited = [*messages, {"role": "assistant", "content": "an edited answer"}, {"role": "user", "content": "go on"}]
-    client.chat.completions.create(model="m", messages=edited, tools=[BASH])  # type: ignore[arg-type,list-item]
+    client.chat.completions.create(model="m", messages=edited, tools=[BASH])
     traj = srv.trajectory("r")
     assert len(traj.segments) == 1 and traj.counters["retries"] == 1
     assert traj.discarded[0].reason == "last assistant replaced"
@@ -165,7 +167,7 @@ def test_subagent_is_served_but_not_recorded_in_the_main_thread(scripted: Any) -
     )
     assert r.choices[0].message.content == "sub answer"
     engine.push(_tool_turn(3))
-    _client(srv).chat.completions.create(model="m", messages=messages, tools=[BASH])  # type: ignore[arg-type,list-item]
+    _client(srv).chat.completions.create(model="m", messages=messages, tools=[BASH])
     traj = srv.trajectory("r")
     assert len(traj.segments) == 1 and traj.counters["side_calls"] == 1 and traj.counters["rewrites"] == 0
     assert traj.segments[0].input_ids[: len(main_before[0].input_ids)] == main_before[0].input_ids
@@ -190,13 +192,13 @@ def test_training_mode_overrides_sampling_and_says_so(tiny_engine: Any, chat_for
         r = httpx.post(url, json=body)
         assert r.status_code == 200
         assert r.headers["x-lego-sampling-override"] == "temperature=0.7;top_p=1.0;top_k=0"
-        body["messages"] = [*body["messages"], r.json()["choices"][0]["message"], {"role": "user", "content": "again"}]  # type: ignore[list-item]
+        body["messages"] = [*body["messages"], r.json()["choices"][0]["message"], {"role": "user", "content": "again"}]
         assert httpx.post(url, json=body).status_code == 200
         body["messages"] = [
             *body["messages"],
             {"role": "assistant", "content": "x"},
             {"role": "user", "content": "3rd"},
-        ]  # type: ignore[list-item]
+        ]
         over = httpx.post(url, json=body)
         assert over.status_code == 400 and over.json()["error"]["code"] == "max_turns"
         traj = srv.trajectory("train-1")
