@@ -42,6 +42,10 @@ class PidCgroup:
         self.path = path
         self._procs = str(path / "cgroup.procs")
 
+    @staticmethod
+    def parent_v1() -> Path:
+        return _V1 / "lego"
+
     @classmethod
     def create(cls, name: str, max_pids: int) -> PidCgroup | None:
         for parent in (_V1 / "lego", _v2_parent()):

@@ -19,8 +19,9 @@ Isolated:
     /mnt, the project's run directories and every other path are absent, except the read-only
     binds of the Python runtime (:mod:`sandboxes.runtime`) and the caller's ``ro_binds``, each at
     its own path.
-  * identity: uid/gid 1000 ("agent") in a user namespace, every capability dropped, so the
-    read-only binds cannot be remounted and setuid binaries grant nothing.
+  * identity: uid/gid 1000 ("agent") in a user namespace, every capability dropped and
+    no_new_privs set on every command, so the read-only binds cannot be remounted and setuid
+    binaries grant nothing.
   * processes: a private pid namespace (host processes are invisible; closing the sandbox kills
     everything in it); RLIMIT_CPU, RLIMIT_AS and RLIMIT_CORE=0 on every process; a pids cgroup
     capping the sandbox's process count where the host lets lego create one (cgroup v1/v2 pids
@@ -59,7 +60,15 @@ from sandboxes.base import descendants, kill_tree, pristine_template, sandbox_id
 from sandboxes.cgroup import PidCgroup
 from sandboxes.runtime import python_runtime
 
-__all__ = ["AGENT_HOME", "AGENT_UID", "DEFAULT_PROXY_PORT", "REPO_DIR", "LocalSandbox", "bwrap_available"]
+__all__ = [
+    "AGENT_HOME",
+    "AGENT_UID",
+    "DEFAULT_PROXY_PORT",
+    "REPO_DIR",
+    "LocalSandbox",
+    "bwrap_available",
+    "cleanup_leftovers",
+]
 
 REPO_DIR = "/repo"
 AGENT_HOME = "/home/agent"
@@ -197,6 +206,7 @@ class LocalSandbox:
         with os.fdopen(args_w, "wb") as f:
             f.write(b"".join(x.encode() + b"\0" for x in args))
         self._ns_pid = self._read_child_pid(info_r)
+        (self.host_dir / "init.pid").write_text(str(self._init.pid))
         self._wait_init(init[0])
         if proxy_uds is not None:
             self._wait_listening(port)
@@ -438,3 +448,21 @@ class LocalSandbox:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+def cleanup_leftovers(cfg: SandboxConfig | None = None) -> int:
+    """Delete sandbox directories (and pids cgroups) whose bwrap init is gone: what a crashed run
+    leaves behind. Live sandboxes are untouched. Returns how many were removed."""
+    removed = 0
+    for d in _workdir(cfg or SandboxConfig()).glob("sbx-*"):
+        try:
+            pid = int((d / "init.pid").read_text())
+            alive = Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"bwrap")
+        except (OSError, ValueError):
+            alive = False
+        if alive:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        PidCgroup(PidCgroup.parent_v1() / f"lego-{d.name.removeprefix('sbx-')}").remove()
+        removed += 1
+    return removed

@@ -150,3 +150,19 @@ def test_missing_repo_is_a_task_error(calc_task: Task, tmp_path: Path) -> None:
     bad = calc_task.model_copy(update={"repo_path": str(tmp_path / "nope")})
     with pytest.raises(TaskError, match="does not exist"):
         LocalSandbox(bad, SandboxConfig())
+
+
+def test_cleanup_leftovers_removes_only_dead_sandboxes(calc_task: Task, tmp_path: Path) -> None:
+    from sandboxes.local import cleanup_leftovers
+
+    cfg = SandboxConfig(workdir=str(tmp_path))
+    live, dead = LocalSandbox(calc_task, cfg), LocalSandbox(calc_task, cfg)
+    try:
+        dead._init.kill()  # type: ignore[union-attr]  # a crashed run: init gone, directory left
+        dead._init.wait()  # type: ignore[union-attr]
+        assert cleanup_leftovers(cfg) == 1
+        assert live.host_dir.exists() and not dead.host_dir.exists()
+        assert live.exec("true").exit_code == 0
+    finally:
+        live.close()
+        dead.close()
