@@ -24,80 +24,25 @@ share of the micro-batches of the same globally-weighted batch and FSDP2 sums th
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from transformers import AutoModelForCausalLM
 
 from lego import distributed as dist_utils
 from lego.algos import FidelityGate, fidelity_metrics, policy_loss_for, token_weights
+from lego.batching import PaddedBatch, TrainItem, items_from_trajectories
 from lego.config import LegoConfig
 from lego.errors import ModelError
-from lego.types import Segment, Trajectory
 
 __all__ = ["TrainItem", "Trainer", "items_from_trajectories"]
 
 _SUMMED = frozenset({"actor/tokens", "actor/pg_loss", "actor/kl_loss"})
 """Metrics added across micro-batches as they are (counts, and losses already weighted for the whole batch)."""
-
-
-class TrainItem(BaseModel):
-    """One segment to optimise on, with what the loss needs to know about its trajectory."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    segment: Segment
-    advantage: float = Field(description="The trajectory's group-normalised advantage (lego.algos.group_advantages).")
-    episode_id: str = Field(description="Segments of one trajectory share it, so the trajectory counts once.")
-    harness: str = Field("", description="Harness that produced it (per-harness fidelity breakdown).")
-    weight: float = Field(1.0, ge=0, description="Multiplies this segment's token weights (guards' down-weighting).")
-
-
-def items_from_trajectories(trajectories: Sequence[Trajectory], advantages: Sequence[float]) -> list[TrainItem]:
-    """Every segment with at least one sampled token, tagged with its trajectory's advantage.
-
-    Infrastructure failures are dropped (masked out of the loss, never scored 0)."""
-    items = []
-    for traj, adv in zip(trajectories, advantages, strict=True):
-        if traj.is_infra_failure:
-            continue
-        for seg in traj.segments:
-            if seg.num_sampled:
-                items.append(TrainItem(segment=seg, advantage=adv, episode_id=traj.trajectory_id, harness=traj.harness))
-    return items
-
-
-class _MicroBatch:
-    """Right-padded tensors for a few segments. ``R`` = longest response in the micro-batch."""
-
-    def __init__(self, items: Sequence[TrainItem], device: torch.device, pad_id: int = 0) -> None:
-        segs = [it.segment for it in items]
-        lens = [len(s.prompt_ids) + len(s.response_ids) for s in segs]
-        self.prompt_lens = [len(s.prompt_ids) for s in segs]
-        self.resp_lens = [len(s.response_ids) for s in segs]
-        b, length, r = len(segs), max(lens), max(max(self.resp_lens), 1)
-        self.input_ids = torch.full((b, length), pad_id, dtype=torch.long)  # (B, L)
-        self.attention_mask = torch.zeros(b, length, dtype=torch.long)  # (B, L)
-        self.mask = torch.zeros(b, r, dtype=torch.long)  # (B, R) sampled tokens
-        self.rollout_logp = torch.zeros(b, r, dtype=torch.float32)  # (B, R)
-        self.resp_ids = torch.zeros(b, r, dtype=torch.long)  # (B, R)
-        self.gather_pos = torch.zeros(b, r, dtype=torch.long)  # (B, R) logits position predicting each token
-        for i, s in enumerate(segs):
-            ids = s.prompt_ids + s.response_ids
-            self.input_ids[i, : len(ids)] = torch.tensor(ids)
-            self.attention_mask[i, : len(ids)] = 1
-            n = len(s.response_ids)
-            if n:
-                self.resp_ids[i, :n] = torch.tensor(s.response_ids)
-                self.mask[i, :n] = torch.tensor(s.response_mask)
-                self.rollout_logp[i, :n] = torch.tensor([lp if lp is not None else 0.0 for lp in s.response_logprobs])
-                self.gather_pos[i, :n] = torch.arange(n) + len(s.prompt_ids) - 1
-        for name in ("input_ids", "attention_mask", "mask", "rollout_logp", "resp_ids", "gather_pos"):
-            setattr(self, name, getattr(self, name).to(device))
 
 
 class Trainer:
@@ -145,8 +90,6 @@ class Trainer:
     @staticmethod
     def _supports_logits_to_keep(model: torch.nn.Module) -> bool:
         """Whether the model's forward takes per-row ``logits_to_keep`` positions (most HF causal LMs)."""
-        import inspect
-
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
         return "logits_to_keep" in inspect.signature(base.forward).parameters
 
@@ -178,7 +121,7 @@ class Trainer:
         return [list(range(i, min(i + mb, n))) for i in range(0, n, mb)]
 
     def _token_logp(
-        self, mb: _MicroBatch, model: torch.nn.Module | None = None, with_entropy: bool = False
+        self, mb: PaddedBatch, model: torch.nn.Module | None = None, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log p(response token | prefix) at ``algorithm.temperature``: (B, R), and entropy (B, R)."""
         net = self.model if model is None else model
@@ -210,7 +153,7 @@ class Trainer:
         return mine + [all_chunks[0]] * (rounds - len(mine)), len(mine)
 
     @torch.no_grad()
-    def _recompute_batches(self, batches: list[_MicroBatch]) -> list[torch.Tensor]:
+    def _recompute_batches(self, batches: list[PaddedBatch]) -> list[torch.Tensor]:
         return [self._token_logp(mb)[0] for mb in batches]
 
     def recompute(self, items: Sequence[TrainItem]) -> list[list[float]]:
@@ -218,7 +161,7 @@ class Trainer:
         item (sampled or not), on exactly the recorded ids, with the current weights."""
         out: list[list[float]] = []
         for chunk in self._chunks(len(items)):
-            mb = _MicroBatch([items[i] for i in chunk], self.device)
+            mb = PaddedBatch([items[i] for i in chunk], self.device)
             (logp,) = self._recompute_batches([mb])
             for row, n in enumerate(mb.resp_lens):
                 out.append(logp[row, :n].tolist())
@@ -279,7 +222,7 @@ class Trainer:
             ]
         weights = self._weights(items)
         chunks, n_real = self._rank_chunks(len(items))
-        batches = [_MicroBatch([items[i] for i in c], self.device) for c in chunks]
+        batches = [PaddedBatch([items[i] for i in c], self.device) for c in chunks]
         current = self._recompute_batches(batches)  # log πθ now, no grad
         old = (
             current
@@ -339,7 +282,7 @@ class Trainer:
         return out
 
     def _fidelity(
-        self, items: Sequence[TrainItem], chunks: list[list[int]], batches: list[_MicroBatch], old: list[torch.Tensor]
+        self, items: Sequence[TrainItem], chunks: list[list[int]], batches: list[PaddedBatch], old: list[torch.Tensor]
     ) -> dict[str, float]:
         """Fidelity metrics over every rank's sampled tokens (rollout vs π_old)."""
         roll: list[torch.Tensor] = []
@@ -362,7 +305,7 @@ class Trainer:
         items: Sequence[TrainItem],
         episodes: dict[str, int],
         chunks: list[list[int]],
-        batches: list[_MicroBatch],
+        batches: list[PaddedBatch],
         current: list[torch.Tensor],
         old: list[torch.Tensor],
     ) -> torch.Tensor:
@@ -382,7 +325,7 @@ class Trainer:
         return num / den.clamp(min=1.0)
 
     @torch.no_grad()
-    def _ref_logp(self, mb: _MicroBatch) -> torch.Tensor:
+    def _ref_logp(self, mb: PaddedBatch) -> torch.Tensor:
         if self.reference is not None:
             return self._token_logp(mb, model=self.reference)[0]
         with self.model.disable_adapter():  # type: ignore[operator]  # LoRA: the base model is the reference

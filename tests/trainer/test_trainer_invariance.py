@@ -39,7 +39,7 @@ def test_first_update_is_the_plain_policy_gradient(model_dir, items, make_config
         got = _grads(trainer)
         trainer.optimizer.zero_grad()
         # −A·∇log π, aggregated the same way (seq-mean-token-mean over episodes), one batch
-        from lego.trainer import _MicroBatch
+        from lego.batching import PaddedBatch as _MicroBatch
 
         mb = _MicroBatch(items, trainer.device)
         logp, _ = trainer._token_logp(mb)

@@ -1,0 +1,79 @@
+"""Training items and how they become padded tensors.
+
+A :class:`TrainItem` is one recorded segment plus what the loss needs from its trajectory
+(advantage, episode, harness, weight). :class:`PaddedBatch` right-pads a few of them into the
+tensors the trainer's forward pass takes; padding never changes a real token's logits because
+attention is causal and padding sits after every real token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from lego.types import Segment, Trajectory
+
+__all__ = ["PaddedBatch", "TrainItem", "items_from_trajectories"]
+
+
+class TrainItem(BaseModel):
+    """One segment to optimise on, with what the loss needs to know about its trajectory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    segment: Segment
+    advantage: float = Field(description="The trajectory's group-normalised advantage (lego.algos.group_advantages).")
+    episode_id: str = Field(description="Segments of one trajectory share it, so the trajectory counts once.")
+    harness: str = Field("", description="Harness that produced it (per-harness fidelity breakdown).")
+    weight: float = Field(1.0, ge=0, description="Multiplies this segment's token weights (guards' down-weighting).")
+
+
+def items_from_trajectories(trajectories: Sequence[Trajectory], advantages: Sequence[float]) -> list[TrainItem]:
+    """Every segment with at least one sampled token, tagged with its trajectory's advantage.
+
+    Infrastructure failures are dropped (masked out of the loss, never scored 0)."""
+    items = []
+    for traj, adv in zip(trajectories, advantages, strict=True):
+        if traj.is_infra_failure:
+            continue
+        for seg in traj.segments:
+            if seg.num_sampled:
+                items.append(TrainItem(segment=seg, advantage=adv, episode_id=traj.trajectory_id, harness=traj.harness))
+    return items
+
+
+class PaddedBatch:
+    """Right-padded tensors for a micro-batch of segments, aligned on response positions.
+
+    ``L`` = longest prompt+response, ``R`` = longest response. ``gather_pos[b, j]`` is the position
+    whose logits predict response token j of row b (prompt length − 1 + j): the next-token shift.
+    """
+
+    def __init__(self, items: Sequence[TrainItem], device: torch.device, pad_id: int = 0) -> None:
+        segs = [it.segment for it in items]
+        if any(not s.prompt_ids and s.response_ids for s in segs):
+            raise ValueError("a segment with an empty prompt has no context for its first token; record the prompt ids")
+        lens = [len(s.prompt_ids) + len(s.response_ids) for s in segs]
+        self.prompt_lens = [len(s.prompt_ids) for s in segs]
+        self.resp_lens = [len(s.response_ids) for s in segs]
+        b, length, r = len(segs), max(lens), max(max(self.resp_lens), 1)
+        self.input_ids = torch.full((b, length), pad_id, dtype=torch.long)  # (B, L)
+        self.attention_mask = torch.zeros(b, length, dtype=torch.long)  # (B, L)
+        self.mask = torch.zeros(b, r, dtype=torch.long)  # (B, R) sampled tokens
+        self.rollout_logp = torch.zeros(b, r, dtype=torch.float32)  # (B, R)
+        self.resp_ids = torch.zeros(b, r, dtype=torch.long)  # (B, R)
+        self.gather_pos = torch.zeros(b, r, dtype=torch.long)  # (B, R) logits position predicting each token
+        for i, s in enumerate(segs):
+            ids = s.prompt_ids + s.response_ids
+            self.input_ids[i, : len(ids)] = torch.tensor(ids)
+            self.attention_mask[i, : len(ids)] = 1
+            n = len(s.response_ids)
+            if n:
+                self.resp_ids[i, :n] = torch.tensor(s.response_ids)
+                self.mask[i, :n] = torch.tensor(s.response_mask)
+                self.rollout_logp[i, :n] = torch.tensor([lp if lp is not None else 0.0 for lp in s.response_logprobs])
+                self.gather_pos[i, :n] = torch.arange(n) + len(s.prompt_ids) - 1
+        for name in ("input_ids", "attention_mask", "mask", "rollout_logp", "resp_ids", "gather_pos"):
+            setattr(self, name, getattr(self, name).to(device))
