@@ -31,7 +31,8 @@ Isolated:
 Not isolated:
   * the kernel (a kernel exploit escapes; use the docker backend on a VM for hostile code);
   * CPU time and memory across processes (limits are per process; no cgroup CPU/memory quota);
-  * disk space in /repo and the tmpfs mounts (bounded only by the host filesystem / RAM);
+  * disk space in /repo (bounded only by the host filesystem); each tmpfs (/tmp, /var/tmp, /run,
+    HOME) is capped at ``memory_mb``, but together they can hold several times that;
   * the bwrap init must be created from a thread that outlives the sandbox: ``--die-with-parent``
     ties the sandbox's life to the creating thread.
 
@@ -164,8 +165,10 @@ class LocalSandbox:
                 a += ["--ro-bind", "/dev/null", str(p)]
         for name in ("passwd", "group", "hosts"):
             a += ["--ro-bind", str(etc / name), f"/etc/{name}"]
-        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--dir", "/var"]
-        a += ["--tmpfs", "/var/tmp", "--tmpfs", AGENT_HOME, "--bind", str(self.root), REPO_DIR]
+        # Each writable tmpfs is capped at the memory limit, so filling /tmp cannot exhaust host RAM.
+        size = ["--size", str(self.cfg.memory_mb * 1024 * 1024)]
+        a += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/run", "--dir", "/var"]
+        a += [*size, "--tmpfs", "/var/tmp", *size, "--tmpfs", AGENT_HOME, "--bind", str(self.root), REPO_DIR]
         a += ["--ro-bind", str(self.template / ".git"), BASE_GIT]
         for p in [*self.runtime.binds, *ro_binds]:
             if not Path(p).exists():

@@ -166,3 +166,9 @@ def test_cleanup_leftovers_removes_only_dead_sandboxes(calc_task: Task, tmp_path
     finally:
         live.close()
         dead.close()
+
+
+def test_tmpfs_is_capped_at_the_memory_limit(calc_task: Task) -> None:
+    with LocalSandbox(calc_task, SandboxConfig(memory_mb=64)) as box:
+        res = box.exec("head -c 100M /dev/zero > /tmp/big; stat -c %s /tmp/big")
+        assert "No space left on device" in res.stderr and int(res.stdout) <= 64 * 1024 * 1024
