@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from lego.algos.advantages import group_advantages
 from lego.types import Segment, Trajectory
 
 __all__ = ["PaddedBatch", "TrainItem", "items_from_trajectories"]
@@ -30,13 +31,22 @@ class TrainItem(BaseModel):
     weight: float = Field(1.0, ge=0, description="Multiplies this segment's token weights (guards' down-weighting).")
 
 
-def items_from_trajectories(trajectories: Sequence[Trajectory], advantages: Sequence[float]) -> list[TrainItem]:
+def items_from_trajectories(
+    trajectories: Sequence[Trajectory], advantages: Sequence[float] | None = None, adv_eps: float = 1e-6
+) -> list[TrainItem]:
     """Every segment with at least one sampled token, tagged with its trajectory's advantage.
 
-    Infrastructure failures are dropped (masked out of the loss, never scored 0)."""
+    ``advantages`` default: group-normalised over trajectories sharing a ``task_id``
+    (:func:`lego.algos.group_advantages`), counting only trajectories that have a reward and are
+    not infrastructure failures. Infrastructure failures and unrewarded trajectories are dropped:
+    masked out of the loss, never scored 0."""
+    usable = [not t.is_infra_failure and t.reward is not None for t in trajectories]
+    if advantages is None:
+        rewards = [t.reward if t.reward is not None else 0.0 for t in trajectories]
+        advantages = group_advantages(rewards, [t.task_id for t in trajectories], usable, adv_eps)
     items = []
-    for traj, adv in zip(trajectories, advantages, strict=True):
-        if traj.is_infra_failure:
+    for traj, adv, ok in zip(trajectories, advantages, usable, strict=True):
+        if not ok:
             continue
         for seg in traj.segments:
             if seg.num_sampled:

@@ -104,11 +104,33 @@ def test_tis_and_kl_options_run(model_dir, items, make_config):
 
 
 def test_items_from_trajectories_drops_infra_failures(items):
-    ok = Trajectory(trajectory_id="t1", session_id="s", harness="h", segments=[items[0].segment, items[1].segment])
-    bad = Trajectory(trajectory_id="t2", session_id="s", segments=[items[2].segment], termination="env_error")
+    ok = Trajectory(
+        trajectory_id="t1", session_id="s", harness="h", reward=1.0, segments=[items[0].segment, items[1].segment]
+    )
+    bad = Trajectory(
+        trajectory_id="t2", session_id="s", segments=[items[2].segment], termination="env_error", reward=0.0
+    )
     out = items_from_trajectories([ok, bad], [0.5, 1.0])
     assert [(o.episode_id, o.advantage, o.harness) for o in out] == [("t1", 0.5, "h"), ("t1", 0.5, "h")]
     assert isinstance(out[0], TrainItem)
+    # default advantages: grouped by task, the infra failure neither counted nor trained on
+    group = [
+        Trajectory(trajectory_id=f"r{i}", session_id="s", task_id="task", reward=r, segments=[items[i].segment])
+        for i, r in enumerate([1.0, 0.0, 0.0])
+    ]
+    fail = Trajectory(
+        trajectory_id="f",
+        session_id="s",
+        task_id="task",
+        reward=0.0,
+        termination="env_error",
+        segments=[items[3].segment],
+    )
+    flat = Trajectory(trajectory_id="z", session_id="s", task_id="other", reward=1.0, segments=[items[4].segment])
+    out = items_from_trajectories([*group, fail, flat])
+    adv = {o.episode_id: o.advantage for o in out}
+    assert set(adv) == {"r0", "r1", "r2", "z"}
+    assert adv["r0"] > 0 > adv["r1"] == adv["r2"] and adv["z"] == 0.0
 
 
 def test_empty_batch_is_refused(model_dir, make_config):
