@@ -1,0 +1,22 @@
+"""The recording proxy: OpenAI chat, Anthropic messages and OpenAI responses in front of a policy,
+recording token-exact trajectory segments (DESIGN.md, "Faithful rollouts").
+
+Modules, from the outside in:
+
+    server.py               ProxyServer: the in-process background server the rollout code uses
+    cli.py                  `lego proxy`: the same, standalone
+    app.py                  the starlette app: routes, auth, body limits, error shapes, streaming
+    openai_chat.py          \\
+    anthropic_messages.py    > each API's request schema, conversion to canonical messages, SSE
+    openai_responses.py     /
+    service.py              ProxyService: sessions and the generation flow shared by all APIs
+    recorder.py             SessionRecorder: the pure segment recorder (no I/O)
+    errors.py, wire.py      error shapes; SSE framing and content-part helpers
+
+Only the kernel is imported (lego.types, lego.config, lego.errors, lego.engines, lego.models, lego.io).
+"""
+
+from proxies.recorder import SessionRecorder
+from proxies.server import ProxyServer
+
+__all__ = ["ProxyServer", "SessionRecorder"]

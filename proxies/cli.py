@@ -13,7 +13,7 @@ import click
 
 from lego.config import ProxyConfig
 from lego.errors import ConfigError
-from proxies.server import ProxyServer, is_loopback
+from proxies.server import ProxyServer
 
 __all__ = ["proxy"]
 
@@ -87,12 +87,6 @@ def proxy(
         from lego.engines.transformers_engine import TransformersEngine
 
         engine = TransformersEngine(model, device=device, max_model_len=max_model_len)  # type: ignore[assignment]
-    if uds is None and not is_loopback(host) and not api_key:
-        click.secho(
-            f"warning: binding {host} without --api-key: anyone who can reach it can use the policy",
-            fg="yellow",
-            err=True,
-        )
     config = ProxyConfig(
         host=host, port=port, uds=uds, api_key=api_key, served_model_name=served_model_name, strict_sessions=strict
     )

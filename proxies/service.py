@@ -197,6 +197,10 @@ class ProxyService:
                 raise ApiError(503, f"the policy engine is unavailable: {exc}", "unavailable", retry_after=2) from exc
             except EngineError as exc:
                 raise ApiError(502, f"the policy engine failed: {exc}", "engine", retry_after=1) from exc
+            except Exception as exc:  # an engine bug or device error: still the engine's failure, not the request's
+                raise ApiError(
+                    502, f"the policy engine failed: {type(exc).__name__}: {exc}", "engine", retry_after=1
+                ) from exc
             engine_s = time.perf_counter() - t_engine
             gen, stop_hit = self._apply_stop(gen, req.stop)
             s.calls += 1

@@ -148,3 +148,14 @@ def test_session_routes(server: ProxyServer) -> None:
     assert traj["session_id"] == "a" and len(traj["segments"]) == 1
     assert httpx.delete(f"{server.root_url}/s/a").status_code == 200
     assert httpx.delete(f"{server.root_url}/s/a").status_code == 404
+
+
+def test_binding_a_non_loopback_address_without_a_key_warns(
+    tiny_engine: Any, chat_format: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level("WARNING", logger="lego.proxy"),
+        ProxyServer(tiny_engine, chat_format, ProxyConfig(host="0.0.0.0", port=0)) as srv,
+    ):
+        assert srv.root_url.startswith("http://127.0.0.1:")
+    assert any("without an API key" in r.getMessage() for r in caplog.records)
