@@ -84,8 +84,23 @@ def cli() -> None:
     """
 
 
+def _quiet_libraries() -> None:
+    """lego draws its own progress; silence transformers' per-load bars and info logs."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; lego's own errors become a clear message and exit code 2 (bad input) or 1."""
+    _quiet_libraries()
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:

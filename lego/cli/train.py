@@ -5,7 +5,39 @@ from __future__ import annotations
 
 import click
 
-__all__ = ["report"]
+__all__ = ["report", "train"]
+
+
+@click.command("train")
+@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.option("--resume", is_flag=True, help="Continue the run in training.out_dir after its last checkpoint.")
+@click.option("-o", "--override", "overrides", multiple=True, metavar="KEY.SUB=VALUE",
+              help="Dotted config override, repeatable (e.g. -o training.steps=3 -o training.out_dir=runs/a).")
+def train(config: str | None, resume: bool, overrides: tuple[str, ...]) -> None:
+    """Run GSPO in an unmodified harness: B tasks x G rollouts per step, graded by hidden tests.
+
+    \b
+    Without CONFIG it runs the shipped embedded default: the small policy lego builds itself
+    (CPU is enough), the built-in train split, the lego-agent harness, local bubblewrap sandboxes.
+    Each step prints one line: reward, pass rate, rollout-train Pearson, KL, clip fraction, tokens/s.
+
+    \b
+    Writes training.out_dir/: config.toml, metrics.jsonl, trajectories/step_NNNN/*.json,
+    checkpoints/ (each a loadable model dir). A killed run continues with --resume; no step is
+    lost or done twice. `lego report RUN_DIR` draws the plots and the HTML report.
+
+    \b
+    Examples:
+      lego train
+      lego train -o training.steps=3 -o training.out_dir=runs/smoke
+      lego train my_run.toml --resume
+    """
+    from lego.config import load_config
+    from lego.train import train as run_train
+
+    cfg = load_config(config, list(overrides))
+    run = run_train(cfg, resume=resume)
+    click.echo(f"run: {run.root}  (lego report {run.root})")
 
 
 @click.command("report")

@@ -3,9 +3,10 @@
 Concurrency model: ``generate`` is async and may be awaited by many tasks at once. Each call puts
 a request on a queue; one worker thread takes up to ``max_batch_size`` waiting requests, runs them
 together (left padding, an attention mask and explicit position ids so padding never changes a
-row's result; a KV cache; finished rows dropped from the batch as they finish) and resolves each
-request's future as soon as it is done. Requests arriving mid-batch wait for the next batch
-(static batching: simple, and the tiny model's steps are short).
+row's result; a KV cache) and resolves each request's future as soon as it is done. Finished rows
+leave the batch and its KV cache; requests arriving mid-batch are prefilled and join it (their
+cache left-padded to the batch's length), so a short request never waits for a long one. A weight
+swap stops admissions; the batch drains and the swap happens between batches.
 
 What the logprobs mean, exactly: for each sampled token, ``log_softmax(logits / T)[token]`` where
 ``logits`` are the model's raw fp32 logits and ``T`` the request's temperature, computed BEFORE
@@ -24,13 +25,14 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lego.config import EngineConfig
+from lego.engines.batching import PendingRequest, can_merge, merge_caches
 from lego.engines.sampling import RowSampler
 from lego.errors import ContextOverflowError, EngineError, EngineUnavailableError, ModelError
 from lego.types import Generation, RequestContext, SamplingParams
@@ -38,30 +40,6 @@ from lego.types import Generation, RequestContext, SamplingParams
 __all__ = ["TransformersEngine"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass
-class _Request:
-    prompt_ids: list[int]
-    sampling: SamplingParams
-    max_tokens: int
-    seed: int
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Generation]
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    enqueued_at: float = field(default_factory=time.perf_counter)
-
-    def resolve(self, result: Generation | BaseException) -> None:
-        def _set() -> None:
-            if self.future.done():
-                return
-            if isinstance(result, BaseException):
-                self.future.set_exception(result)
-            else:
-                self.future.set_result(result)
-
-        self.loop.call_soon_threadsafe(_set)
 
 
 class TransformersEngine:
@@ -119,12 +97,19 @@ class TransformersEngine:
         self._cache_kwarg = (
             "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         )
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._queue: queue.Queue[PendingRequest | None] = queue.Queue()
         self._lock = threading.Lock()  # held by the worker for a whole batch; weight swaps wait for it
         self._worker: threading.Thread | None = None
         self._closed = False
         self._request_counter = 0
-        self.stats: dict[str, int] = {"batches": 0, "max_batch_size_seen": 0, "generated_tokens": 0}
+        self.stats: dict[str, int] = {
+            "batches": 0,
+            "max_batch_size_seen": 0,
+            "generated_tokens": 0,
+            "joined_mid_batch": 0,
+        }
+        self._pause_lock = threading.Lock()
+        self._pause_requests = 0  # > 0 while load_weights/paused() wait: the running batch stops admitting
 
     @classmethod
     def from_config(cls, cfg: EngineConfig) -> TransformersEngine:
@@ -176,7 +161,7 @@ class TransformersEngine:
         self._request_counter += 1
         seed = sampling.seed if sampling.seed is not None else self.seed * 1_000_003 + self._request_counter
         loop = asyncio.get_running_loop()
-        request = _Request(
+        request = PendingRequest(
             prompt_ids=list(prompt_ids),
             sampling=sampling,
             max_tokens=min(sampling.max_tokens, room),
@@ -237,7 +222,7 @@ class TransformersEngine:
                 f"load_weights: {len(unknown)} keys are not in the model, e.g. {unknown[:3]}; "
                 "pass the policy's own state_dict (merge LoRA adapters first)"
             )
-        with self._lock, torch.no_grad():
+        with self.paused(), torch.no_grad():
             for key, value in state_dict.items():
                 params[key].copy_(torch.as_tensor(value))
             self.policy_version += 1
@@ -245,9 +230,18 @@ class TransformersEngine:
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Hold generation between batches (e.g. while a trainer edits ``model`` in place)."""
-        with self._lock:
-            yield
+        """Hold generation between batches (e.g. while a trainer edits ``model`` in place).
+
+        The running batch stops taking in new requests, finishes, and then the caller holds the lock.
+        """
+        with self._pause_lock:
+            self._pause_requests += 1
+        try:
+            with self._lock:
+                yield
+        finally:
+            with self._pause_lock:
+                self._pause_requests -= 1
 
     async def close(self) -> None:
         """Finish the current batch, fail queued requests with EngineUnavailableError, stop the worker."""
@@ -310,23 +304,47 @@ class TransformersEngine:
         )
         return out.logits[:, -1, :].float()  # (B, V)
 
-    def _generate_batch(self, batch: list[_Request]) -> None:
+    def _prefill(self, requests: list[PendingRequest]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """Left-pad ``requests`` into one batch and run the prompt: (logits, mask, next_pos, cache)."""
         from transformers import DynamicCache
 
-        started = time.perf_counter()
-        version = self.policy_version
         dev = self.device
-        width = max(len(r.prompt_ids) for r in batch)
-        ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, r in enumerate(batch):  # left padding: every row's last prompt token sits in the last column
+        width = max(len(r.prompt_ids) for r in requests)
+        ids = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(requests), width), dtype=torch.long)
+        for i, r in enumerate(requests):  # left padding: every row's last prompt token sits in the last column
             ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
             mask[i, width - len(r.prompt_ids) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
         cache = DynamicCache()
         logits = self._forward(ids, mask, positions, cache)  # (B, V)
-        next_pos = positions[:, -1:] + 1  # (B, 1)
+        return logits, mask, positions[:, -1:] + 1, cache
+
+    def _take_waiting(self, limit: int) -> list[PendingRequest]:
+        """Requests queued since the batch started (never the close sentinel, which is put back)."""
+        taken: list[PendingRequest] = []
+        while len(taken) < limit:
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                self._queue.put(None)
+                break
+            if not nxt.future.cancelled():
+                taken.append(nxt)
+        return taken
+
+    def _generate_batch(self, batch: list[PendingRequest]) -> None:
+        """Decode ``batch`` step by step. Finished rows leave the batch (and the KV cache); requests
+        that arrive meanwhile join it after their own prefill (their cache is left-padded to the
+        batch's length), unless a weight swap is waiting: then the batch drains and ends."""
+        version = self.policy_version
+        dev = self.device
+        for r in batch:
+            r.started_at = time.perf_counter()
+        logits, mask, next_pos, cache = self._prefill(batch)
         samplers = [RowSampler(r.sampling, r.seed, self.eos_token_ids, dev) for r in batch]
         active = list(range(len(batch)))  # batch rows still generating, in cache order
         while active:
@@ -335,8 +353,8 @@ class TransformersEngine:
             for row, (i, tok, lp) in enumerate(zip(active, tokens, logps, strict=True)):
                 r = batch[i]
                 r.token_ids.append(tok)
-                self.stats["generated_tokens"] += 1
                 r.logprobs.append(lp)
+                self.stats["generated_tokens"] += 1
                 reason = "stop" if samplers[i].is_stop(tok) else "length" if len(r.token_ids) >= r.max_tokens else None
                 if r.future.cancelled():
                     continue
@@ -350,7 +368,7 @@ class TransformersEngine:
                         finish_reason=reason,
                         policy_version=version,
                         prompt_tokens=len(r.prompt_ids),
-                        engine_time_s=time.perf_counter() - started,
+                        engine_time_s=time.perf_counter() - r.started_at,
                     )
                 )
             if not keep:
@@ -364,3 +382,23 @@ class TransformersEngine:
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=-1)
             logits = self._forward(step_ids, mask, next_pos, cache)
             next_pos = next_pos + 1
+            room = self.max_batch_size - len(active)
+            if room > 0 and not self._pause_requests and can_merge(cache):
+                joining = self._take_waiting(room)
+                if joining:
+                    for r in joining:
+                        r.started_at = time.perf_counter()
+                    new_logits, new_mask, new_pos, new_cache = self._prefill(joining)
+                    width = max(mask.shape[1], new_mask.shape[1])
+                    merge_caches(cache, new_cache, width - mask.shape[1], width - new_mask.shape[1])
+                    mask = torch.cat(
+                        [F.pad(mask, (width - mask.shape[1], 0)), F.pad(new_mask, (width - new_mask.shape[1], 0))]
+                    )
+                    next_pos = torch.cat([next_pos, new_pos])
+                    logits = torch.cat([logits, new_logits])
+                    for r in joining:
+                        batch.append(r)
+                        samplers.append(RowSampler(r.sampling, r.seed, self.eos_token_ids, dev))
+                        active.append(len(batch) - 1)
+                    self.stats["joined_mid_batch"] += len(joining)
+                    self.stats["max_batch_size_seen"] = max(self.stats["max_batch_size_seen"], len(active))
