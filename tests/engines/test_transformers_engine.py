@@ -96,6 +96,26 @@ def test_sixteen_concurrent_requests_are_batched_without_padding_leaks(engine, c
     assert alone.token_ids == gens[5].token_ids
 
 
+def test_requests_join_a_running_batch_without_padding_leaks(tiny_model_dir, chat_format) -> None:
+    engine = TransformersEngine(tiny_model_dir, max_batch_size=8)
+    engine.eos_token_ids = []  # fixed-length generations, so the first request is surely still running
+    prompts = prompts_of_different_lengths(chat_format, 4)
+
+    async def run() -> list:
+        long = asyncio.create_task(engine.generate(prompts[0], SamplingParams(max_tokens=400, seed=0)))
+        while engine.stats["generated_tokens"] < 3:
+            await asyncio.sleep(0.005)
+        late = [engine.generate(p, SamplingParams(max_tokens=10 + i, seed=i)) for i, p in enumerate(prompts[1:], 1)]
+        return await asyncio.gather(long, *late)
+
+    gens = asyncio.run(run())
+    assert engine.stats["batches"] == 1 and engine.stats["joined_mid_batch"] == 3
+    for i, (prompt, gen) in enumerate(zip(prompts, gens, strict=True)):
+        assert len(gen.token_ids) == (400 if i == 0 else 10 + i)
+        assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids))
+    asyncio.run(engine.close())
+
+
 def test_greedy_uses_argmax_and_reports_temperature_one_logprobs(engine, chat_format) -> None:
     prompt = chat_format.render([{"role": "user", "content": "greedy"}], add_generation_prompt=True)
     gen = asyncio.run(engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=6)))
