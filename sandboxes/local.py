@@ -13,7 +13,7 @@ Unix socket, and nothing else can (the network namespace has only ``lo``).
 
 Isolated:
   * network: a private network namespace; the only way out is the proxy's Unix socket.
-  * filesystem: /usr, /bin, /lib*, /sbin and /etc read-only (with /etc/shadow, gshadow, sudoers,
+  * filesystem (the full map is in :mod:`sandboxes.layout`): /usr, /bin, /lib*, /sbin and /etc read-only (with /etc/shadow, gshadow, sudoers,
     ssh keys and ssl/private masked, passwd/group/hosts replaced); the repo writable at /repo;
     private empty tmpfs /tmp, /var/tmp, /run and HOME=/home/agent. The host's home, /work, /opt,
     /mnt, the project's run directories and every other path are absent, except the read-only
@@ -59,6 +59,7 @@ from lego.errors import SandboxError, TaskError
 from lego.types import ExecResult, Task
 from sandboxes.base import descendants, kill_tree, pristine_template, sandbox_id, template_info
 from sandboxes.cgroup import PidCgroup
+from sandboxes.layout import AGENT_HOME, AGENT_UID, BASE_GIT, PROXY_SOCK, REPO_DIR, bwrap_args, bwrap_available
 from sandboxes.runtime import python_runtime
 
 __all__ = [
@@ -71,19 +72,8 @@ __all__ = [
     "cleanup_leftovers",
 ]
 
-REPO_DIR = "/repo"
-AGENT_HOME = "/home/agent"
-AGENT_UID = 1000
 DEFAULT_PROXY_PORT = 18080
-BASE_GIT = "/lego/base.git"  # the pristine .git, read-only: diffs never trust the agent's own .git
-_SOCK = "/run/lego/proxy.sock"
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_MASKED_ETC = ("shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d", "ssh", "ssl/private", "machine-id")
 _READY_TIMEOUT_S = 10.0
-
-
-def bwrap_available() -> bool:
-    return shutil.which("bwrap") is not None and shutil.which("nsenter") is not None
 
 
 def _workdir(cfg: SandboxConfig) -> Path:
@@ -140,53 +130,20 @@ class LocalSandbox:
             raise
 
     # ------------------------------------------------------------------ start-up
-    def _bwrap_args(self, proxy_uds: Path | None, ro_binds: list[Path], extra: dict[Path, str]) -> list[str]:
-        etc = self.host_dir / "etc"
-        etc.mkdir()
-        (etc / "passwd").write_text(
-            f"root:x:0:0:root:/root:/usr/sbin/nologin\nagent:x:{AGENT_UID}:{AGENT_UID}:agent:{AGENT_HOME}:/bin/bash\n"
-            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-        )
-        (etc / "group").write_text(f"root:x:0:\nagent:x:{AGENT_UID}:\nnogroup:x:65534:\n")
-        (etc / "hosts").write_text("127.0.0.1 localhost lego-sandbox\n::1 localhost\n")
-        a = ["--unshare-all", "--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_UID), "--cap-drop", "ALL"]
-        a += ["--die-with-parent", "--new-session", "--hostname", "lego-sandbox", "--clearenv"]
-        for d in _SYSTEM_DIRS:
-            if os.path.islink(d):
-                a += ["--symlink", os.readlink(d), d]
-            elif os.path.isdir(d):
-                a += ["--ro-bind", d, d]
-        a += ["--ro-bind", "/etc", "/etc"]
-        for name in _MASKED_ETC:
-            p = Path("/etc") / name
-            if p.is_dir() and not p.is_symlink():
-                a += ["--tmpfs", str(p)]
-            elif p.exists():
-                a += ["--ro-bind", "/dev/null", str(p)]
-        for name in ("passwd", "group", "hosts"):
-            a += ["--ro-bind", str(etc / name), f"/etc/{name}"]
-        # Each writable tmpfs is capped at the memory limit, so filling /tmp cannot exhaust host RAM.
-        size = ["--size", str(self.cfg.memory_mb * 1024 * 1024)]
-        a += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/run", "--dir", "/var"]
-        a += [*size, "--tmpfs", "/var/tmp", *size, "--tmpfs", AGENT_HOME, "--bind", str(self.root), REPO_DIR]
-        a += ["--ro-bind", str(self.template / ".git"), BASE_GIT]
-        for p in [*self.runtime.binds, *ro_binds]:
-            if not Path(p).exists():
-                raise SandboxError(f"read-only bind {p} does not exist on the host; install it first")
-            a += ["--ro-bind", str(p), str(p)]
-        for host, inside in extra.items():
-            a += ["--bind", str(host), inside]
-        if proxy_uds is not None:
-            a += ["--ro-bind", str(proxy_uds), _SOCK]
-        a += ["--chdir", REPO_DIR]
-        return a
-
     def _start_bwrap(self, proxy_uds: Path | None, port: int, ro_binds: list[Path], extra: dict[Path, str]) -> None:
         if proxy_uds is not None and not Path(proxy_uds).exists():
             raise SandboxError(f"proxy socket {proxy_uds} does not exist; start the proxy with a uds first")
-        args = self._bwrap_args(proxy_uds, ro_binds, extra)
+        args = bwrap_args(
+            self.host_dir / "etc",
+            repo=self.root,
+            base_git=self.template / ".git",
+            ro_binds=[*self.runtime.binds, *ro_binds],
+            rw_binds=extra,
+            proxy_uds=proxy_uds,
+            tmpfs_bytes=self.cfg.memory_mb * 1024 * 1024,
+        )
         if proxy_uds is not None:
-            init = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{_SOCK}"]
+            init = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{PROXY_SOCK}"]
         else:
             init = ["sleep", "infinity"]
         self._cgroup = PidCgroup.create(f"lego-{self.id}", self.cfg.max_processes)
