@@ -264,8 +264,11 @@ class TransformersEngine:
             if first is None:
                 break
             stop = False
-            # Take the lock before collecting the batch: whatever queued up while generation was
-            # paused (a weight swap, `paused()`) joins this batch.
+            # A waiting weight swap goes first (threading.Lock is not fair), so requests queued
+            # behind it run on the new weights; then take the lock before collecting the batch:
+            # whatever queued up meanwhile joins this batch.
+            while self._pause_requests:
+                time.sleep(0.001)
             with self._lock, torch.no_grad():
                 batch = [first]
                 while len(batch) < self.max_batch_size:

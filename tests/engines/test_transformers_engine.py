@@ -203,6 +203,28 @@ def test_cancelled_request_leaves_the_batch_and_others_finish(engine, chat_forma
         assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids))
 
 
+def test_weight_swap_waits_for_the_running_batch_and_applies_to_later_requests(tiny_model_dir, chat_format) -> None:
+    engine = TransformersEngine(tiny_model_dir)
+    engine.eos_token_ids = []
+    prompts = prompts_of_different_lengths(chat_format, 2)
+
+    async def run() -> tuple:
+        long = asyncio.create_task(engine.generate(prompts[0], SamplingParams(max_tokens=200, seed=0)))
+        while engine.stats["generated_tokens"] < 3:
+            await asyncio.sleep(0.005)
+        swap = asyncio.create_task(asyncio.to_thread(engine.load_weights, {}))
+        while not engine._pause_requests:
+            await asyncio.sleep(0.001)
+        late = asyncio.create_task(engine.generate(prompts[1], SamplingParams(max_tokens=5, seed=1)))
+        return await asyncio.gather(long, swap, late)
+
+    long, version, late = asyncio.run(run())
+    assert len(long.token_ids) == 200 and long.policy_version == 0  # the swap did not cut it short
+    assert version == 1 and late.policy_version == 1
+    assert engine.stats["joined_mid_batch"] == 0
+    asyncio.run(engine.close())
+
+
 def test_build_engine_from_config(tiny_model_dir) -> None:
     engine = build_engine(EngineConfig(kind="transformers", model=str(tiny_model_dir), device="cpu", max_model_len=64))
     assert isinstance(engine, TransformersEngine) and engine.max_model_len == 64
