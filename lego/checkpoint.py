@@ -121,19 +121,16 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _write_weights(trainer: Trainer, out: Path, export_merged: bool) -> None:
-    from lego import distributed as dist_utils
-
-    if trainer.train_cfg.finetune == "lora":
+def _write_weights(
+    trainer: Trainer, out: Path, full_state: dict[str, torch.Tensor] | None, export_merged: bool
+) -> None:
+    lora = trainer.train_cfg.finetune == "lora"
+    if lora:
         trainer.model.save_pretrained(out / "adapter")  # type: ignore[operator]
         if not export_merged:
             return
-    state = (
-        trainer.engine_state_dict()
-        if trainer.train_cfg.finetune == "lora"
-        else dist_utils.full_state_dict(trainer.model)
-    )
-    base = trainer.model.get_base_model() if trainer.train_cfg.finetune == "lora" else trainer.model  # type: ignore[operator]
+    state = trainer.engine_state_dict() if lora else full_state
+    base = trainer.model.get_base_model() if lora else trainer.model  # type: ignore[operator]
     base.save_pretrained(out, state_dict=state, safe_serialization=True)  # type: ignore[operator]
     for name in _TOKENIZER_FILES:
         src = trainer.model_dir / name
@@ -142,25 +139,33 @@ def _write_weights(trainer: Trainer, out: Path, export_merged: bool) -> None:
 
 
 def save_checkpoint(
-    trainer: Trainer, run_dir: str | Path, extra: dict[str, Any] | None = None, export_merged: bool = False
+    trainer: Trainer,
+    run_dir: str | Path,
+    extra: dict[str, Any] | None = None,
+    export_merged: bool = False,
+    keep_last: int | None = None,
 ) -> Path:
     """Write ``checkpoints/step_NNNNNN`` for ``trainer.step_count`` and point ``latest`` at it.
 
-    Under torchrun every rank must call it (the weights are gathered); only rank 0 writes."""
+    ``keep_last`` deletes all but the newest N step directories afterwards. Leftover temp dirs of
+    an interrupted save are removed. Under torchrun every rank must call it (weights and optimizer
+    state are gathered); only rank 0 writes."""
     from lego import distributed as dist_utils
 
     ckpt_root = Path(run_dir) / "checkpoints"
     name = f"step_{trainer.step_count:06d}"
     final = ckpt_root / name
-    info = dist_utils.current()
-    if not info.is_main:
-        dist_utils.full_state_dict(trainer.model)  # take part in the gather
+    full_state = None if trainer.train_cfg.finetune == "lora" else dist_utils.full_state_dict(trainer.model)
+    optim_state = dist_utils.full_optimizer_state(trainer.model, trainer.optimizer)
+    if not dist_utils.current().is_main:
         return final
     ckpt_root.mkdir(parents=True, exist_ok=True)
+    for leftover in ckpt_root.glob(".step_*"):  # a save killed midway (single writer: rank 0)
+        shutil.rmtree(leftover, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=ckpt_root))
     try:
-        _write_weights(trainer, tmp, export_merged)
-        torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+        _write_weights(trainer, tmp, full_state, export_merged)
+        torch.save(optim_state, tmp / "optimizer.pt")
         torch.save(_rng_state(), tmp / "rng.pt")
         state = {"format": FORMAT, "step": trainer.step_count, "gate": trainer.gate.state_dict(), "extra": extra or {}}
         atomic_write_json(tmp / "trainer_state.json", state, indent=2)
@@ -181,6 +186,10 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     atomic_write_text(ckpt_root / "latest", name + "\n")
+    if keep_last is not None:
+        for stale in sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())[:-keep_last]:
+            if stale != final:
+                shutil.rmtree(stale, ignore_errors=True)
     return final
 
 
@@ -208,6 +217,9 @@ def restore_checkpoint(trainer: Trainer, checkpoint_dir: str | Path) -> dict[str
     """Load weights, optimizer, RNG states, step and gate into ``trainer``; returns the saved ``extra``.
 
     Raises :class:`ResumeError` if the checkpoint is incomplete or its config is incompatible."""
+
+    from lego import distributed as dist_utils
+
     path = Path(checkpoint_dir)
     if not _complete(path):
         raise ResumeError(f"{path} is not a complete checkpoint (no trainer_state.json / optimizer.pt); pick another")
@@ -223,9 +235,12 @@ def restore_checkpoint(trainer: Trainer, checkpoint_dir: str | Path) -> dict[str
 
         loaded = AutoModelForCausalLM.from_pretrained(path, dtype=trainer.dtype)
         _load_full(trainer.model, loaded.state_dict())
-    trainer.optimizer.load_state_dict(
-        torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
-    )
+    optim_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
+    dist_utils.load_full_optimizer_state(trainer.model, trainer.optimizer, optim_state)
+    for group in trainer.optimizer.param_groups:  # hyper-parameters come from the config, which may change
+        group.update(
+            lr=trainer.train_cfg.lr, betas=trainer.train_cfg.betas, weight_decay=trainer.train_cfg.weight_decay
+        )
     _set_rng_state(torch.load(path / "rng.pt", weights_only=False))
     trainer.step_count = int(state["step"])
     trainer.gate.load_state_dict(state.get("gate", {}))

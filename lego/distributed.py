@@ -27,10 +27,12 @@ __all__ = [
     "all_reduce_max",
     "all_reduce_sum",
     "current",
+    "full_optimizer_state",
     "full_state_dict",
     "gather_cat",
     "gather_labels",
     "init_from_env",
+    "load_full_optimizer_state",
     "shard_model",
 ]
 
@@ -89,6 +91,22 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer state, unsharded and keyed by parameter name (so a checkpoint written under
+    FSDP2 loads in one process and back). Under FSDP2 a collective: every rank must call it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=False)
+    return dict(get_optimizer_state_dict(model, optimizer, options=opts))
+
+
+def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a state from :func:`full_optimizer_state` (resharding it under FSDP2)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))  # type: ignore[arg-type]
 
 
 def all_reduce_sum(values: list[float]) -> list[float]:

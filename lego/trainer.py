@@ -372,11 +372,17 @@ class Trainer:
                 out[key] = (out[key].float() + delta.float()).to(out[key].dtype)
         return out
 
-    def save(self, run_dir: str | Path, extra: dict[str, Any] | None = None, export_merged: bool = False) -> Path:
+    def save(
+        self,
+        run_dir: str | Path,
+        extra: dict[str, Any] | None = None,
+        export_merged: bool = False,
+        keep_last: int | None = None,
+    ) -> Path:
         """Write a checkpoint under ``run_dir/checkpoints`` (see :mod:`lego.checkpoint`)."""
         from lego.checkpoint import save_checkpoint
 
-        return save_checkpoint(self, run_dir, extra=extra, export_merged=export_merged)
+        return save_checkpoint(self, run_dir, extra=extra, export_merged=export_merged, keep_last=keep_last)
 
     def load(self, checkpoint_dir: str | Path) -> dict[str, Any]:
         """Restore weights, optimizer, RNG, step and gate from a checkpoint; returns its ``extra``."""

@@ -111,3 +111,58 @@ def test_incompatible_config_is_refused_with_the_fields(model_dir, make_config, 
         ResumeError, match=r"algorithm.clip_high: run has 0.0004, config has 0.0005.*algorithm.temperature"
     ):
         Trainer(model_dir, bad).load(path)
+
+
+def test_keep_last_and_leftover_cleanup(model_dir, make_config, tmp_path):
+    trainer = Trainer(model_dir, make_config())
+    leftover = tmp_path / "checkpoints" / ".step_000009.abc.tmp"
+    leftover.mkdir(parents=True)
+    for step in range(4):
+        trainer.step_count = step
+        trainer.save(tmp_path, keep_last=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["latest", "step_000002", "step_000003"]
+
+
+def test_lr_change_on_resume_takes_effect(model_dir, items, make_config, tmp_path):
+    trainer = Trainer(model_dir, make_config(lr=1e-3))
+    trainer.step(items)
+    path = trainer.save(tmp_path)
+    resumed = Trainer(model_dir, make_config(lr=1e-4))
+    resumed.load(path)
+    assert resumed.optimizer.param_groups[0]["lr"] == 1e-4
+    assert resumed.optimizer.state  # moments restored
+
+
+KILL_SCRIPT = """
+import sys
+from lego.config import LegoConfig
+from lego.trainer import Trainer
+cfg = LegoConfig.model_validate({"training": {"lr": 1e-3}})
+t = Trainer(sys.argv[1], cfg, device="cpu")
+while True:
+    t.step_count += 1
+    t.save(sys.argv[2], extra={"step": t.step_count}, keep_last=3)
+"""
+
+
+def test_sigkill_during_saves_leaves_a_loadable_latest(model_dir, make_config, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(model_dir), str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 120
+        while load_latest(tmp_path) is None or load_latest(tmp_path).name < "step_000003":
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(random.uniform(0.0, 0.3))  # somewhere inside a later save
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    path = load_latest(tmp_path)
+    extra = Trainer(model_dir, make_config(lr=1e-3)).load(path)
+    assert extra == {"step": int(path.name.split("_")[1])}
