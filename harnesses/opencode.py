@@ -34,8 +34,8 @@ class OpenCodeHarness(InstalledHarness):
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
 
-    def config(self, endpoint: Endpoint) -> dict[str, Any]:
-        """The ``OPENCODE_CONFIG_CONTENT`` document."""
+    def config(self, endpoint: Endpoint, max_turns: int) -> dict[str, Any]:
+        """The ``OPENCODE_CONFIG_CONTENT`` document (``steps``: the build agent's iteration limit)."""
         model_ref = f"{PROVIDER_ID}/{endpoint.model}"
         return {
             "$schema": "https://opencode.ai/config.json",
@@ -59,16 +59,17 @@ class OpenCodeHarness(InstalledHarness):
             "autoupdate": False,
             "share": "disabled",
             "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
+            "agent": {"build": {"steps": max_turns}},
         }
 
-    def environment(self, endpoint: Endpoint, home: str) -> dict[str, str]:
+    def environment(self, endpoint: Endpoint, home: str, max_turns: int) -> dict[str, str]:
         return {
             "HOME": home,
             "XDG_CONFIG_HOME": f"{home}/.config",
             "XDG_DATA_HOME": f"{home}/.local/share",
             "XDG_CACHE_HOME": f"{home}/.cache",
             "XDG_STATE_HOME": f"{home}/.local/state",
-            "OPENCODE_CONFIG_CONTENT": json.dumps(self.config(endpoint)),
+            "OPENCODE_CONFIG_CONTENT": json.dumps(self.config(endpoint, max_turns)),
             "OPENCODE_DISABLE_AUTOUPDATE": "true",
             "OPENCODE_DISABLE_MODELS_FETCH": "true",
             "OPENCODE_DISABLE_LSP_DOWNLOAD": "true",
@@ -81,11 +82,11 @@ class OpenCodeHarness(InstalledHarness):
 
     def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
         self.home = sandbox_home(sandbox)
-        self.env = self.environment(endpoint, self.home)
 
     def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
         if not self.home:
             self.prepare(sandbox, endpoint)
+        self.env = self.environment(endpoint, self.home, limits.max_turns)
         argv = [self.executable(), "run", "--format", "json", "--model", f"{PROVIDER_ID}/{endpoint.model}"]
         argv += ["--auto", task.problem_statement]
         return result_from_exec(self.launch(sandbox, argv, limits.timeout_s))

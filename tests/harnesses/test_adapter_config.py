@@ -80,7 +80,7 @@ def test_aider_points_litellm_at_the_session_and_turns_off_side_traffic() -> Non
 
 def test_opencode_config_content() -> None:
     h = OpenCodeHarness(context_window=1000, max_output_tokens=100)
-    env = h.environment(EP, HOME)
+    env = h.environment(EP, HOME, max_turns=9)
     assert json.loads(env["OPENCODE_CONFIG_CONTENT"]) == {
         "$schema": "https://opencode.ai/config.json",
         "provider": {
@@ -97,6 +97,7 @@ def test_opencode_config_content() -> None:
         "autoupdate": False,
         "share": "disabled",
         "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
+        "agent": {"build": {"steps": 9}},
     }
     assert env["OPENCODE_DISABLE_MODELS_FETCH"] == "true" and env["OPENCODE_DISABLE_AUTOUPDATE"] == "true"
 
