@@ -14,18 +14,24 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import selectors
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
+from typing import IO
 
 from lego.errors import SandboxError, TaskError
 from lego.paths import cache_dir
 
 __all__ = [
     "GIT_SAFE_ARGS",
+    "OUTPUT_CAP",
+    "OutputCollector",
     "copy_pristine",
     "descendants",
     "git",
@@ -218,3 +224,54 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
+
+
+OUTPUT_CAP = 16 * 1024 * 1024
+"""Most bytes kept per stream of one command; a command printing more is killed (a policy that runs
+``yes`` must not fill the host's memory before its timeout)."""
+
+
+class OutputCollector:
+    """Reads a process's stdout and stderr (feeding its stdin from a thread) with a deadline and a
+    size cap, so neither a silent hang nor an output flood can block or exhaust the caller."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, cap: int = OUTPUT_CAP) -> None:
+        self.cap = cap
+        self.overflow = False
+        assert proc.stdout is not None and proc.stderr is not None
+        self.bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+        self._out, self._err = proc.stdout.fileno(), proc.stderr.fileno()
+        self._sel = selectors.DefaultSelector()
+        for fd in self.bufs:
+            self._sel.register(fd, selectors.EVENT_READ)
+        if stdin is not None and proc.stdin is not None:
+            threading.Thread(target=self._feed, args=(proc.stdin, stdin), daemon=True).start()
+
+    @staticmethod
+    def _feed(pipe: IO[bytes], data: bytes) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            pipe.write(data)
+        with contextlib.suppress(BrokenPipeError, OSError):
+            pipe.close()
+
+    def run(self, timeout: float) -> bool:
+        """Read until both streams hit EOF (True), the timeout passes or the cap is exceeded (False)."""
+        deadline = time.monotonic() + timeout
+        while self._sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.overflow:
+                return False
+            for key, _ in self._sel.select(min(left, 1.0)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    self._sel.unregister(key.fd)
+                    continue
+                buf = self.bufs[key.fd]
+                room = self.cap - len(buf)
+                buf += chunk[: max(room, 0)]
+                self.overflow = self.overflow or len(chunk) > room
+        return True
+
+    def result(self) -> tuple[bytes, bytes]:
+        self._sel.close()
+        return bytes(self.bufs[self._out]), bytes(self.bufs[self._err])

@@ -57,7 +57,7 @@ from pathlib import Path
 from lego.config import SandboxConfig
 from lego.errors import SandboxError, TaskError
 from lego.types import ExecResult, Task
-from sandboxes.base import descendants, kill_tree, pristine_template, sandbox_id, template_info
+from sandboxes.base import OutputCollector, descendants, kill_tree, pristine_template, sandbox_id, template_info
 from sandboxes.cgroup import PidCgroup
 from sandboxes.layout import AGENT_HOME, AGENT_UID, BASE_GIT, PROXY_SOCK, REPO_DIR, bwrap_args, bwrap_available
 from sandboxes.runtime import python_runtime
@@ -305,19 +305,28 @@ class LocalSandbox:
             )
         except OSError as exc:
             raise SandboxError(f"cannot start a command in sandbox {self.id}: {exc}") from exc
-        timed_out = False
-        try:
-            out, err = proc.communicate(stdin, timeout=limit)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_tree(proc)
+        reader = OutputCollector(proc, stdin)
+        finished = reader.run(limit)
+        if finished:  # both pipes closed; the process may still run (it closed them itself)
             try:
-                out, err = proc.communicate(timeout=5)
+                proc.wait(timeout=max(0.0, t0 + limit - time.monotonic()))
             except subprocess.TimeoutExpired:
+                finished = False
+        timed_out = not finished and not reader.overflow
+        if not finished:
+            kill_tree(proc)
+            if not reader.run(5):
                 # A detached process still holds the pipes: kill everything the agent runs.
                 self._kill_agent_processes()
-                out, err = proc.communicate()
-        code = proc.returncode if not timed_out else 124
+                reader.run(5)
+        out, err = reader.result()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        code = 124 if timed_out else proc.returncode
+        if reader.overflow:
+            err += f"\n[lego: output exceeded {reader.cap} bytes on one stream; the command was killed]".encode()
         return code, out, err, timed_out, time.monotonic() - t0
 
     def exec(
@@ -337,7 +346,8 @@ class LocalSandbox:
         )
 
     def read(self, path: str) -> bytes:
-        # Through the sandbox (never host file APIs): an agent's symlink cannot point the host anywhere.
+        """Read through the sandbox (never host file APIs), so an agent's symlink cannot point the
+        host anywhere. Files above ``OUTPUT_CAP`` (16 MiB) raise SandboxError."""
         code, out, err, _, _ = self.run_bytes(["cat", "--", path], timeout=60)
         if code != 0:
             raise SandboxError(f"cannot read {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")

@@ -172,3 +172,15 @@ def test_tmpfs_is_capped_at_the_memory_limit(calc_task: Task) -> None:
     with LocalSandbox(calc_task, SandboxConfig(memory_mb=64)) as box:
         res = box.exec("head -c 100M /dev/zero > /tmp/big; stat -c %s /tmp/big")
         assert "No space left on device" in res.stderr and int(res.stdout) <= 64 * 1024 * 1024
+
+
+def test_output_flood_and_closed_pipes_cannot_hang_or_exhaust_the_host(sb: LocalSandbox) -> None:
+    from sandboxes.base import OUTPUT_CAP
+
+    flood = sb.exec("yes lego", timeout=60)
+    assert len(flood.stdout) == OUTPUT_CAP and "output exceeded" in flood.stderr and not flood.timed_out
+    closed = sb.exec("exec >&- 2>&-; sleep 600", timeout=1)
+    assert closed.timed_out and closed.exit_code == 124
+    big = b"x" * (3 * 1024 * 1024)
+    sb.write("/tmp/big", big)
+    assert sb.read("/tmp/big") == big
