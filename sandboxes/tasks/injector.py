@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,7 +144,7 @@ def evaluate_mutant(lib: Library, mutation: Mutation, baseline: GoldBaseline) ->
 
 def _evaluate_in_order(
     lib: Library, mutations: list[Mutation], baseline: GoldBaseline, workers: int
-) -> Iterator[MutantOutcome]:
+) -> Generator[MutantOutcome, None, None]:
     """Evaluate mutants concurrently but yield results in input order (keeps builds deterministic)."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         window: list[Future[MutantOutcome]] = []

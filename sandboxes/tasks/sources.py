@@ -137,8 +137,8 @@ class JsonlSource:
             return None
         fields: dict[str, Any] = {}
         extra: dict[str, Any] = {}
-        for key, value in raw.items():
-            key = _ALIASES.get(key, key)
+        for raw_key, value in raw.items():
+            key = _ALIASES.get(str(raw_key), str(raw_key))
             (fields if key in _TASK_FIELDS else extra)[key] = value
         if extra:
             fields["metadata"] = {**extra, **(fields.get("metadata") or {})}

@@ -64,19 +64,26 @@ def _library_names(test_source: str, package: str) -> set[str]:
 
 
 def _called_api(func: ast.FunctionDef, library_names: set[str]) -> list[str]:
-    """Library names used in a test, in order of first use; methods called on results are added."""
+    """Library functions and classes a test calls (exceptions left out), in order of first call;
+    then the first methods it calls on library objects."""
+    usable = {n for n in library_names if not n.endswith(("Error", "Exception", "Warning"))}
+    calls = sorted((n for n in ast.walk(func) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
     used: list[str] = []
-    for node in ast.walk(func):
-        if isinstance(node, ast.Name) and node.id in library_names and node.id not in used:
-            used.append(node.id)
     methods: list[str] = []
+    for call in calls:
+        target = call.func
+        if isinstance(target, ast.Name) and target.id in usable and target.id not in used:
+            used.append(target.id)
+        elif isinstance(target, ast.Attribute) and not target.attr.startswith("_"):
+            owner = target.value
+            if isinstance(owner, ast.Name) and owner.id not in usable and owner.id in ("pytest", "self"):
+                continue
+            label = f".{target.attr}()"
+            if label not in methods and target.attr not in ("append", "items", "keys", "read_text", "write_text"):
+                methods.append(label)
     for node in ast.walk(func):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            owner = node.func.value
-            if isinstance(owner, ast.Call | ast.Name) and not node.func.attr.startswith("_"):
-                label = f".{node.func.attr}()"
-                if label not in methods and node.func.attr not in ("append", "items", "keys"):
-                    methods.append(label)
+        if isinstance(node, ast.Name) and node.id in usable and node.id not in used:
+            used.append(node.id)
     return used + methods[:2]
 
 
@@ -93,6 +100,8 @@ def _symptom(message: str) -> str:
     if first.startswith("Failed: DID NOT RAISE"):
         raised = re.sub(r"^Failed: DID NOT RAISE\s*", "", first)
         return f"does not raise {raised.strip()} for invalid input"
+    if "Regex pattern did not match" in message:
+        return "raises an error with the wrong message"
     if first.startswith("AssertionError") or first.startswith("assert "):
         return "returns a wrong result"
     match = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt))\b", first)
