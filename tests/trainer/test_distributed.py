@@ -9,12 +9,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from lego.checkpoint import load_latest
 from lego.trainer import Trainer
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or not dist.is_available(), reason="gloo on Linux")
 
 
-def _worker(rank: int, world: int, port: int, model_dir: str, items, cfg, out: str) -> None:
+def _worker(rank: int, world: int, port: int, model_dir: str, items, cfg, out: str, run_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -23,7 +24,9 @@ def _worker(rank: int, world: int, port: int, model_dir: str, items, cfg, out: s
         metrics = trainer.compute_gradients(items)
         grads = {n: p.grad.full_tensor() for n, p in trainer.model.named_parameters()}
         norm = trainer._clip_and_step()
+        trainer.step_count = 1
         weights = {k: v.clone() for k, v in trainer.engine_state_dict().items()}
+        trainer.save(run_dir)  # every rank: weights and optimizer state are gathered
         if rank == 0:
             torch.save({"metrics": metrics, "grads": grads, "norm": norm, "weights": weights}, out)
     finally:
@@ -45,7 +48,8 @@ def test_two_gloo_ranks_match_one_process(model_dir, items, make_config, tmp_pat
     w1 = single.engine_state_dict()
 
     out = str(tmp_path / "rank0.pt")
-    mp.spawn(_worker, args=(2, _free_port(), str(model_dir), items, cfg, out), nprocs=2, join=True)
+    run_dir = str(tmp_path / "run")
+    mp.spawn(_worker, args=(2, _free_port(), str(model_dir), items, cfg, out, run_dir), nprocs=2, join=True)
     got = torch.load(out, weights_only=False)
 
     assert got["metrics"]["actor/pg_loss"] == pytest.approx(m1["actor/pg_loss"], abs=1e-6)
@@ -59,3 +63,15 @@ def test_two_gloo_ranks_match_one_process(model_dir, items, make_config, tmp_pat
     assert got["norm"] == pytest.approx(norm1, rel=1e-5)
     for k in w1:
         assert torch.allclose(got["weights"][k], w1[k], atol=1e-6)
+
+    # the FSDP2 checkpoint resumes in one process and continues like the single-process run
+    single.step_count = 1
+    straight = single.step(items)
+    resumed = Trainer(model_dir, cfg, device="cpu")
+    resumed.load(load_latest(run_dir))
+    assert resumed.optimizer.state
+    again = resumed.step(items)
+    assert again["actor/pg_loss"] == pytest.approx(straight["actor/pg_loss"], abs=1e-6)
+    a, b = single.engine_state_dict(), resumed.engine_state_dict()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5), (k, (a[k] - b[k]).abs().max())
