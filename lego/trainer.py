@@ -17,6 +17,22 @@ ratio is 1 (GSPO's clip only matters for the off-policy gap, which truncated imp
 ``algorithm.tis_cap``, covers). The model runs in eval mode (no dropout), as the engine does, so
 the recompute matches the engine's forward pass. Sequences are right-padded per micro-batch.
 
+Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
+
+    actor/pg_loss, actor/kl_loss         the aggregated loss terms (kl only with algorithm.kl_coef > 0)
+    actor/pg_clipfrac                    share of sampled tokens whose clipped branch is active
+    actor/ppo_kl                         mean(log π_old − log πθ) over sampled tokens (k1)
+    actor/ratio_mean|max|min             importance ratio sᵢₜ over sampled tokens
+    actor/tis_weight_mean, actor/tis_clipfrac   with algorithm.tis_cap
+    actor/ref_kl                         k3 KL to the reference, with algorithm.kl_coef > 0
+    actor/entropy                        mean entropy of softmax(logits / T) at sampled positions
+    actor/grad_norm, actor/lr            before clipping; the optimizer's learning rate
+    actor/tokens, actor/segments, actor/episodes
+    training/rollout_actor_probs_pearson_corr, training/rollout_probs_diff_{max,mean,std},
+    rollout_corr/{kl,k3_kl,chi2_token,ess_frac,tokens}    fidelity; each also per harness as
+                                         ``<name>/<harness>`` (lego.algos.fidelity)
+    perf/trainer_step_s, perf/recompute_s, perf/tokens_per_s
+
 Distributed: under ``torchrun`` (see :mod:`lego.distributed`) each rank takes an interleaved
 share of the micro-batches of the same globally-weighted batch and FSDP2 sums the gradients.
 """

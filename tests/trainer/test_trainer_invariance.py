@@ -100,3 +100,36 @@ def test_zero_advantage_batch_gives_zero_gradient(model_dir, items, make_config)
     zero = [it.model_copy(update={"advantage": 0.0}) for it in items]
     trainer.compute_gradients(zero)
     assert all(torch.count_nonzero(g) == 0 for g in _grads(trainer).values())
+
+
+def test_sequence_and_token_level_agree_on_length_one_sequences(model_dir, items, make_config):
+    """One sampled token per segment, a further update against a slightly older π_old: the
+    sequence ratio is the token ratio, so with the same clip range the gradients agree."""
+    ones = []
+    for it in items:
+        s = it.segment
+        ones.append(
+            it.model_copy(
+                update={
+                    "segment": s.model_copy(
+                        update={
+                            "response_ids": s.response_ids[:1],
+                            "response_mask": [1],
+                            "response_logprobs": s.response_logprobs[:1],
+                            "response_versions": [0],
+                        }
+                    )
+                }
+            )
+        )
+    grads = []
+    for level in ("sequence", "token"):
+        cfg = make_config(micro_batch_size=3)
+        cfg.algorithm.ratio_level = level  # same (GSPO) clip range for both: only the ratio differs
+        trainer = Trainer(model_dir, cfg)
+        old = [[lp + (0.0002 if i % 2 else -0.0006)] for i, (lp,) in enumerate(trainer.recompute(ones))]
+        m = trainer.compute_gradients(ones, old_logprobs=old)
+        assert 0 < m["actor/pg_clipfrac"] < 1
+        grads.append((_grads(trainer), m))
+    _close(grads[0][0], grads[1][0])
+    assert grads[0][1]["actor/pg_clipfrac"] == grads[1][1]["actor/pg_clipfrac"]
