@@ -94,7 +94,10 @@ class HarnessConfig(_Section):
     )
     max_turns: int = Field(30, ge=1)
     timeout_s: float = Field(600.0, gt=0, description="Wall time of one harness run.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Harness-specific settings.")
+    options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per-harness constructor settings, e.g. {lego-agent = {max_tokens = 256}} (see `lego harness list`).",
+    )
 
 
 class TasksConfig(_Section):
@@ -154,6 +157,12 @@ class TrainingConfig(_Section):
     eval_every: int = Field(0, ge=0, description="Validate every N steps on tasks.eval_split with eval.harness (0: off).")
     fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
     retry_infra: int = Field(1, ge=0, description="Retries for a rollout that ended in an infrastructure failure.")
+    sampling_override: bool = Field(
+        True,
+        description="The proxy samples at algorithm.temperature with no top-p/top-k truncation, whatever the harness "
+        "asks (truncation biases the importance ratio). False lets the harness choose: off-policy unless it asks "
+        "for exactly that; the fidelity gate reports the mismatch.",
+    )
 
 
 class EvalConfig(_Section):

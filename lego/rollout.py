@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harnesses.base import get_harness
+from harnesses.base import HARNESSES
 from lego.config import EngineConfig, LegoConfig, ProxyConfig
 from lego.engines import build_engine
 from lego.engines.base import Engine
-from lego.errors import LegoError
+from lego.errors import ConfigError, LegoError
 from lego.models.chat import ChatFormat
 from lego.models.tiny import resolve_model
 from lego.seams import Harness
@@ -122,8 +122,16 @@ class RolloutRunner:
         self._harnesses: dict[str, Harness] = {}
 
     def harness(self, name: str) -> Harness:
+        """The adapter for ``name``, built with its ``harness.options[name]`` settings."""
         if name not in self._harnesses:
-            self._harnesses[name] = get_harness(name)
+            options = self.cfg.harness.options.get(name, {})
+            try:
+                harness = HARNESSES.resolve(name)(**options)
+            except TypeError as exc:
+                raise ConfigError(f"harness.options.{name} = {options} does not fit the {name} adapter: {exc}") from exc
+            if not isinstance(harness, Harness):
+                raise ConfigError(f"{name!r} does not implement the Harness protocol (name, version, prepare, run)")
+            self._harnesses[name] = harness
         return self._harnesses[name]
 
     def run(self, task: Task, harness_name: str, opts: RolloutOptions) -> Trajectory:
@@ -178,7 +186,8 @@ class RolloutRunner:
         except LegoError as exc:
             return HarnessResult(exit_code=None, reason="env_error", logs=str(exc)), None, False, str(exc)
         try:
-            history_ok = verify_history_strip(sandbox.root)
+            held = getattr(sandbox, "history_strip", None)  # backends verify it when they build the copy
+            history_ok = bool(held) if held is not None else verify_history_strip(sandbox.root)
             root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
             endpoint = Endpoint(base_url=f"{root}/v1", anthropic_base_url=root,
                                 model=self.policy.proxy.config.served_model_name, session_id=sid)

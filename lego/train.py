@@ -194,7 +194,7 @@ def _rollouts(
     for ti, task in enumerate(tasks):
         harness = _harness_for(task, cfg, rng)
         for k in range(g):
-            opts = RolloutOptions(training=True, temperature=cfg.algorithm.temperature,
+            opts = RolloutOptions(training=cfg.training.sampling_override, temperature=cfg.algorithm.temperature,
                                   seed=_seed(cfg.training.seed, step, ti, k),
                                   max_turns=cfg.harness.max_turns, timeout_s=cfg.harness.timeout_s)
             jobs.append((task, harness, opts))

@@ -13,7 +13,9 @@ __all__ = ["report", "train"]
 @click.option("--resume", is_flag=True, help="Continue the run in training.out_dir after its last checkpoint.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY.SUB=VALUE",
               help="Dotted config override, repeatable (e.g. -o training.steps=3 -o training.out_dir=runs/a).")
-def train(config: str | None, resume: bool, overrides: tuple[str, ...]) -> None:
+@click.option("--unsafe-no-isolation", is_flag=True,
+              help="Run agents without bubblewrap (only on a disposable machine; same as -o sandbox.unsafe_no_isolation=true).")
+def train(config: str | None, resume: bool, overrides: tuple[str, ...], unsafe_no_isolation: bool) -> None:
     """Run GSPO in an unmodified harness: B tasks x G rollouts per step, graded by hidden tests.
 
     \b
@@ -35,7 +37,8 @@ def train(config: str | None, resume: bool, overrides: tuple[str, ...]) -> None:
     from lego.config import load_config
     from lego.train import train as run_train
 
-    cfg = load_config(config, list(overrides))
+    extra = ["sandbox.unsafe_no_isolation=true"] if unsafe_no_isolation else []
+    cfg = load_config(config, [*overrides, *extra])
     run = run_train(cfg, resume=resume)
     click.echo(f"run: {run.root}  (lego report {run.root})")
 
