@@ -12,7 +12,10 @@ import torch.multiprocessing as mp
 from lego.checkpoint import load_latest
 from lego.trainer import Trainer
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not dist.is_available(), reason="gloo on Linux")
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux" or not dist.is_available(), reason="gloo on Linux"),
+    pytest.mark.slow,  # two spawned ranks: 24-58 s on a shared 2-core CPU
+]
 
 
 def _worker(rank: int, world: int, port: int, model_dir: str, items, cfg, out: str, run_dir: str) -> None:
