@@ -8,14 +8,19 @@ nonessential traffic, experimental API betas (server-side features a local polic
 serve), telemetry and the auto-updater are off; its config lives in a scratch
 ``CLAUDE_CONFIG_DIR`` in the sandbox's private home. ``IS_SANDBOX=1`` lets
 ``--dangerously-skip-permissions`` run as root, which is right because our sandbox isolates it.
+
+With ``intercept=True`` the base-URL setting is left out: Claude Code calls api.anthropic.com as
+shipped, and :class:`harnesses.intercept.Interceptor` routes that host to the session.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
+from harnesses.intercept import Interceptor
 from lego.seams import Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
 
@@ -28,9 +33,16 @@ class ClaudeCodeHarness(InstalledHarness):
         kind="npm", package="@anthropic-ai/claude-code", version="2.1.332", executable="npm/node_modules/.bin/claude"
     )
 
+    def __init__(self, intercept: bool = False) -> None:
+        super().__init__()
+        self.interceptor = Interceptor() if intercept else None
+
+    def ro_binds(self) -> list[Path]:
+        return super().ro_binds() + (self.interceptor.ro_binds() if self.interceptor else [])
+
     def environment(self, endpoint: Endpoint, home: str) -> dict[str, str]:
         model = endpoint.model
-        return {
+        env = {
             "HOME": home,
             "CLAUDE_CONFIG_DIR": f"{home}/.claude",
             "ANTHROPIC_BASE_URL": endpoint.anthropic_base_url,
@@ -49,10 +61,15 @@ class ClaudeCodeHarness(InstalledHarness):
             "IS_SANDBOX": "1",
             "NO_COLOR": "1",
         }
+        if self.interceptor is not None:
+            del env["ANTHROPIC_BASE_URL"]
+        return env
 
     def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
         self.home = sandbox_home(sandbox)
         self.env = self.environment(endpoint, self.home)
+        if self.interceptor is not None:
+            self.env.update(self.interceptor.start(sandbox, endpoint))
 
     def arguments(self, task: Task, endpoint: Endpoint) -> list[str]:
         return [

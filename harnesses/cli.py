@@ -12,12 +12,17 @@ from rich.table import Table
 
 from harnesses.base import HARNESSES
 from harnesses.install import InstallSpec, harnesses_root, install, installed
+from harnesses.intercept import MITM_SPEC, Interceptor
 
 __all__ = ["harness_group"]
 
 
 def _spec(name: str) -> InstallSpec | None:
-    """The adapter's install spec (None for the built-in lego-agent, which needs no install)."""
+    """The adapter's install spec (None for the built-in lego-agent, which needs no install).
+
+    ``mitmproxy`` (interception mode, :mod:`harnesses.intercept`) installs the same way."""
+    if name == Interceptor.name:
+        return MITM_SPEC
     spec = getattr(HARNESSES.resolve(name), "install_spec", None)
     return spec if isinstance(spec, InstallSpec) else None
 
@@ -52,7 +57,8 @@ def list_harnesses() -> None:
 @click.argument("names", nargs=-1, required=True)
 @click.option("--force", is_flag=True, help="Reinstall even when the pinned version is already installed.")
 def install_cmd(names: tuple[str, ...], force: bool) -> None:
-    """Install NAMES at their pinned, tested versions (`all` installs every harness)."""
+    """Install NAMES at their pinned, tested versions (`all` installs every harness; `mitmproxy` the
+    interception proxy for harnesses that cannot be given a base URL)."""
     todo = HARNESSES.names() if names == ("all",) else list(names)
     for name in todo:
         spec = _spec(name)

@@ -5,16 +5,23 @@ Codex speaks the OpenAI Responses API (streaming) with its own tools (``shell`` 
 model provider in ``$CODEX_HOME/config.toml`` with ``wire_api = "responses"`` and ``base_url`` =
 the session URL (Codex appends ``/responses``); the key comes from the variable named by
 ``env_key``. Its own sandbox and approvals are bypassed (it runs inside ours). ``CODEX_HOME`` is
-in the sandbox's private home, not /tmp (Codex refuses helper binaries under a temp dir).
+in the sandbox's private home, not /tmp.
+
+With ``intercept=True`` the provider table is left out: Codex uses its built-in ``openai``
+provider (api.openai.com, key from ``CODEX_API_KEY``) as shipped, and
+:class:`harnesses.intercept.Interceptor` routes that host to the session; Codex trusts the
+interception CA through its own ``CODEX_CA_CERTIFICATE``.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import ClassVar
 
 from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
+from harnesses.intercept import Interceptor
 from lego.seams import Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
 
@@ -35,24 +42,31 @@ class CodexHarness(InstalledHarness):
         kind="npm", package="@openai/codex", version="0.171.0", executable="npm/node_modules/.bin/codex"
     )
 
-    def __init__(self, context_window: int = 32768) -> None:
+    def __init__(self, context_window: int = 32768, intercept: bool = False) -> None:
         super().__init__()
         self.context_window = context_window
+        self.interceptor = Interceptor() if intercept else None
+
+    def ro_binds(self) -> list[Path]:
+        return super().ro_binds() + (self.interceptor.ro_binds() if self.interceptor else [])
 
     def config_toml(self, endpoint: Endpoint) -> str:
-        """``$CODEX_HOME/config.toml``: the proxy as the only model provider."""
-        return "\n".join(
-            [
-                f"model = {toml_str(endpoint.model)}",
-                f"model_provider = {toml_str(PROVIDER_ID)}",
-                'approval_policy = "never"',
-                'sandbox_mode = "danger-full-access"',
-                "check_for_update_on_startup = false",
-                f"model_context_window = {self.context_window}",
-                "",
-                "[analytics]",
-                "enabled = false",
-                "",
+        """``$CODEX_HOME/config.toml``: the proxy as the only model provider (none when intercepting)."""
+        lines = [f"model = {toml_str(endpoint.model)}"]
+        if self.interceptor is None:
+            lines.append(f"model_provider = {toml_str(PROVIDER_ID)}")
+        lines += [
+            'approval_policy = "never"',
+            'sandbox_mode = "danger-full-access"',
+            "check_for_update_on_startup = false",
+            f"model_context_window = {self.context_window}",
+            "",
+            "[analytics]",
+            "enabled = false",
+            "",
+        ]
+        if self.interceptor is None:
+            lines += [
                 f"[model_providers.{PROVIDER_ID}]",
                 'name = "lego proxy"',
                 f"base_url = {toml_str(endpoint.base_url)}",
@@ -62,15 +76,21 @@ class CodexHarness(InstalledHarness):
                 "stream_max_retries = 2",
                 "",
             ]
-        )
+        return "\n".join(lines)
 
     def environment(self, endpoint: Endpoint, home: str) -> dict[str, str]:
-        return {"HOME": home, "CODEX_HOME": f"{home}/.codex", KEY_VAR: endpoint.api_key, "NO_COLOR": "1"}
+        env = {"HOME": home, "CODEX_HOME": f"{home}/.codex", KEY_VAR: endpoint.api_key, "NO_COLOR": "1"}
+        if self.interceptor is not None:
+            env["CODEX_API_KEY"] = endpoint.api_key
+        return env
 
     def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
         self.home = sandbox_home(sandbox)
         self.env = self.environment(endpoint, self.home)
         self.write_file(sandbox, f"{self.home}/.codex/config.toml", self.config_toml(endpoint))
+        if self.interceptor is not None:
+            self.env.update(self.interceptor.start(sandbox, endpoint))
+            self.env["CODEX_CA_CERTIFICATE"] = self.interceptor.ca_path
 
     def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
         if not self.home:

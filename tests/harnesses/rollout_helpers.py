@@ -1,0 +1,37 @@
+"""One rollout of a harness against the test proxy, as the rollout code will do it."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from lego.config import SandboxConfig
+from lego.seams import Harness
+from lego.types import Endpoint, HarnessLimits, Task
+
+__all__ = ["run_one"]
+
+
+def run_one(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> dict[str, Any]:
+    """One rollout of ``harness`` on ``task``; returns its result, grade and trajectory."""
+    from sandboxes.grading import grade
+    from sandboxes.local import LocalSandbox
+
+    sid = f"{harness.name}-{uuid.uuid4().hex[:8]}"
+    proxy.open_session(sid, metadata={"gold_patch": task.patch, "task_id": task.instance_id})
+    cfg = SandboxConfig(memory_mb=16384, command_timeout_s=limits.timeout_s)
+    binds = harness.ro_binds() if hasattr(harness, "ro_binds") else []
+    sandbox = LocalSandbox(task, cfg, proxy_uds=Path(proxy.uds), ro_binds=binds)
+    try:
+        root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
+        endpoint = Endpoint(
+            base_url=f"{root}/v1", anthropic_base_url=root, model=proxy.config.served_model_name, session_id=sid
+        )
+        harness.prepare(sandbox, endpoint)
+        result = harness.run(task, sandbox, endpoint, limits)
+        diff = sandbox.diff()
+    finally:
+        sandbox.close()
+    graded = grade(task, diff, cfg=SandboxConfig())
+    return {"result": result, "grade": graded, "trajectory": proxy.trajectory(sid), "version": harness.version()}
