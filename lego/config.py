@@ -44,11 +44,16 @@ class EngineConfig(_Section):
     """Which engine serves the policy."""
 
     kind: Literal["transformers", "vllm", "oracle"] = Field(
-        "transformers", description="transformers: in-process (CPU/GPU); vllm: a `vllm serve` endpoint; oracle: plays gold patches."
+        "transformers",
+        description="transformers: in-process (CPU/GPU); vllm: a `vllm serve` endpoint; oracle: plays gold patches.",
     )
-    model: str = Field("default", description="A model directory (HF layout), or 'default' for the embedded default policy.")
+    model: str = Field(
+        "default", description="A model directory (HF layout), or 'default' for the embedded default policy."
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: fp32 on CPU, bf16 on CUDA.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: fp32 on CPU, bf16 on CUDA."
+    )
     max_batch_size: int = Field(16, ge=1, description="Most concurrent requests batched into one forward pass.")
     max_model_len: int | None = Field(None, ge=16, description="Context window; default: the model's own.")
     vllm_url: str | None = Field(None, description="Base URL of `vllm serve` (engine.kind='vllm').")
@@ -75,12 +80,15 @@ class SandboxConfig(_Section):
 
     kind: Literal["local", "docker"] = "local"
     unsafe_no_isolation: bool = Field(
-        False, description="Run agents without bubblewrap when it is missing. Only for trusted code on a disposable machine."
+        False,
+        description="Run agents without bubblewrap when it is missing. Only for trusted code on a disposable machine.",
     )
     cpu_seconds: int = Field(600, ge=1, description="RLIMIT_CPU per process.")
     memory_mb: int = Field(4096, ge=64, description="RLIMIT_AS per process.")
     max_processes: int = Field(256, ge=8, description="Most processes inside one sandbox.")
-    command_timeout_s: float = Field(120.0, gt=0, description="Wall time of one exec() before its process group is killed.")
+    command_timeout_s: float = Field(
+        120.0, gt=0, description="Wall time of one exec() before its process group is killed."
+    )
     docker_image: str | None = Field(None, description="Default image for the docker backend when a task names none.")
     workdir: str | None = Field(None, description="Where sandboxes are created; default: a temp dir.")
 
@@ -120,7 +128,9 @@ class AlgorithmConfig(_Section):
     clip_high: float = Field(4e-4, gt=0, description="Ratio clip above 1 (GSPO: 4e-4; token-level PPO: 0.28).")
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"] = "seq-mean-token-mean"
     group_size: int = Field(4, ge=1, description="G: rollouts per task; advantages are normalised within a group.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts and of the trainer's recompute.")
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of rollouts and of the trainer's recompute."
+    )
     tis_cap: float | None = Field(
         None, gt=0, description="Truncated importance sampling cap on pi_old/pi_rollout (Yao et al. 2025). None: off."
     )
@@ -145,7 +155,9 @@ class TrainingConfig(_Section):
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     micro_batch_size: int = Field(4, ge=1, description="Segments per forward/backward pass.")
-    grad_accum: int = Field(1, ge=1, description="Optimizer steps per training step = 1; micro-batches are accumulated.")
+    grad_accum: int = Field(
+        1, ge=1, description="Optimizer steps per training step = 1; micro-batches are accumulated."
+    )
     grad_clip: float | None = Field(1.0, gt=0)
     finetune: Literal["full", "lora"] = "full"
     lora_rank: int = Field(16, ge=1)
@@ -154,7 +166,9 @@ class TrainingConfig(_Section):
     seed: int = 0
     out_dir: str = "runs/default"
     checkpoint_every: int = Field(1, ge=1)
-    eval_every: int = Field(0, ge=0, description="Validate every N steps on tasks.eval_split with eval.harness (0: off).")
+    eval_every: int = Field(
+        0, ge=0, description="Validate every N steps on tasks.eval_split with eval.harness (0: off)."
+    )
     fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
     retry_infra: int = Field(1, ge=0, description="Retries for a rollout that ended in an infrastructure failure.")
     sampling_override: bool = Field(

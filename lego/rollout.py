@@ -141,7 +141,12 @@ class RolloutRunner:
         proxy = self.policy.proxy
         proxy.open_session(
             sid,
-            metadata={"task_id": task.instance_id, "harness": harness_name, "gold_patch": task.patch, "seed": opts.seed},
+            metadata={
+                "task_id": task.instance_id,
+                "harness": harness_name,
+                "gold_patch": task.patch,
+                "seed": opts.seed,
+            },
             training=opts.training,
             temperature=opts.temperature,
             max_turns=opts.max_turns,
@@ -170,8 +175,9 @@ class RolloutRunner:
                 excluded_files=excluded,
                 texts=agent_texts(traj.messages),
             )
-            traj.timings.update({"harness_s": result.wall_s, "grade_s": time.monotonic() - t_graded,
-                                 "wall_s": time.monotonic() - t0})
+            traj.timings.update(
+                {"harness_s": result.wall_s, "grade_s": time.monotonic() - t_graded, "wall_s": time.monotonic() - t0}
+            )
             return traj
         finally:
             proxy.close_session(sid)
@@ -189,12 +195,17 @@ class RolloutRunner:
             held = getattr(sandbox, "history_strip", None)  # backends verify it when they build the copy
             history_ok = bool(held) if held is not None else verify_history_strip(sandbox.root)
             root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
-            endpoint = Endpoint(base_url=f"{root}/v1", anthropic_base_url=root,
-                                model=self.policy.proxy.config.served_model_name, session_id=sid)
+            endpoint = Endpoint(
+                base_url=f"{root}/v1",
+                anthropic_base_url=root,
+                model=self.policy.proxy.config.served_model_name,
+                session_id=sid,
+            )
             try:
                 harness.prepare(sandbox, endpoint)
-                result = harness.run(task, sandbox, endpoint, HarnessLimits(max_turns=opts.max_turns,
-                                                                            timeout_s=opts.timeout_s))
+                result = harness.run(
+                    task, sandbox, endpoint, HarnessLimits(max_turns=opts.max_turns, timeout_s=opts.timeout_s)
+                )
             except LegoError as exc:
                 result = HarnessResult(exit_code=None, reason="harness_error", logs=str(exc))
                 return result, None, history_ok, f"{type(exc).__name__}: {exc}"
@@ -220,9 +231,15 @@ class RolloutRunner:
                 traj = self.run(task, harness, opts)
             except Exception as exc:  # a bug below us must not kill the whole batch: record it as infra
                 log.exception("rollout %s/%s crashed", task.instance_id, harness)
-                traj = Trajectory(trajectory_id=uuid.uuid4().hex, session_id="", task_id=task.instance_id,
-                                  harness=harness, policy=self.policy.name, termination="env_error",
-                                  metadata={"error": "".join(traceback.format_exception(exc))[-4000:]})
+                traj = Trajectory(
+                    trajectory_id=uuid.uuid4().hex,
+                    session_id="",
+                    task_id=task.instance_id,
+                    harness=harness,
+                    policy=self.policy.name,
+                    termination="env_error",
+                    metadata={"error": "".join(traceback.format_exception(exc))[-4000:]},
+                )
             out[i] = traj
             if on_done is not None:
                 on_done(i, traj)
@@ -273,10 +290,21 @@ def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path) -> Calla
     def run_sample(key: Any) -> Any:
         with lock:
             runner = runner_for(key.policy)
-        opts = RolloutOptions(training=True, temperature=spec.temperature, seed=key.seed,
-                              max_turns=spec.max_turns, timeout_s=spec.timeout_s)
+        opts = RolloutOptions(
+            training=True,
+            temperature=spec.temperature,
+            seed=key.seed,
+            max_turns=spec.max_turns,
+            timeout_s=spec.timeout_s,
+        )
         traj = runner.run(tasks[key.task_id], key.harness, opts)
-        path = out_dir / "trajectories" / _slug(key.policy) / _slug(key.harness) / f"{_slug(key.task_id)}-{key.sample}.json"
+        path = (
+            out_dir
+            / "trajectories"
+            / _slug(key.policy)
+            / _slug(key.harness)
+            / f"{_slug(key.task_id)}-{key.sample}.json"
+        )
         atomic_write_text(path, traj.model_dump_json())
         return SampleResult.from_trajectory(key, traj, trajectory_path=str(path))
 

@@ -171,7 +171,11 @@ def _prune_checkpoints(run: RunDir) -> None:
 def _load_tasks(cfg: LegoConfig, split: str) -> list[Task]:
     from sandboxes.tasks.sources import BuiltinSource, load_source
 
-    spec = cfg.tasks.source if ":" in cfg.tasks.source and not cfg.tasks.source.endswith(":") else f"{cfg.tasks.source}:{split}"
+    spec = (
+        cfg.tasks.source
+        if ":" in cfg.tasks.source and not cfg.tasks.source.endswith(":")
+        else f"{cfg.tasks.source}:{split}"
+    )
     source = load_source(spec)
     tasks = list(source.records()) if isinstance(source, BuiltinSource) else list(source.tasks())
     if cfg.tasks.limit:
@@ -194,12 +198,23 @@ def _rollouts(
     for ti, task in enumerate(tasks):
         harness = _harness_for(task, cfg, rng)
         for k in range(g):
-            opts = RolloutOptions(training=cfg.training.sampling_override, temperature=cfg.algorithm.temperature,
-                                  seed=_seed(cfg.training.seed, step, ti, k),
-                                  max_turns=cfg.harness.max_turns, timeout_s=cfg.harness.timeout_s)
+            opts = RolloutOptions(
+                training=cfg.training.sampling_override,
+                temperature=cfg.algorithm.temperature,
+                seed=_seed(cfg.training.seed, step, ti, k),
+                max_turns=cfg.harness.max_turns,
+                timeout_s=cfg.harness.timeout_s,
+            )
             jobs.append((task, harness, opts))
-    with Progress(TextColumn(f"step {step + 1} rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[last]}"), console=console, transient=True) as bar:
+    with Progress(
+        TextColumn(f"step {step + 1} rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
+        transient=True,
+    ) as bar:
         tid = bar.add_task("rollouts", total=len(jobs), last="")
 
         def done(_: int, t: Trajectory) -> None:
@@ -218,8 +233,13 @@ def _rollouts(
     return trajs
 
 
-def train(cfg: LegoConfig, *, resume: bool = False, console: Console | None = None,
-          on_step: Callable[[int, dict[str, float]], None] | None = None) -> RunDir:
+def train(
+    cfg: LegoConfig,
+    *,
+    resume: bool = False,
+    console: Console | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> RunDir:
     """Run (or resume) the RL loop described by ``cfg``; returns the run directory."""
     console = console or Console()
     run, ckpt = _prepare_run(cfg, resume)
@@ -237,37 +257,50 @@ def train(cfg: LegoConfig, *, resume: bool = False, console: Console | None = No
         if trainer.step_count:
             sync_weights(trainer, policy.engine)
             console.print(f"resumed {run.root} after step {trainer.step_count} ({ckpt})")
-        ready = (f"ready in {time.monotonic() - t_setup:.1f}s: {len(tasks)} {cfg.tasks.split} tasks, "
-                 f"{cfg.training.tasks_per_step}×{cfg.algorithm.group_size} rollouts/step, harness "
-                 f"{cfg.harness.name}, out {run.root}")
+        ready = (
+            f"ready in {time.monotonic() - t_setup:.1f}s: {len(tasks)} {cfg.tasks.split} tasks, "
+            f"{cfg.training.tasks_per_step}×{cfg.algorithm.group_size} rollouts/step, harness "
+            f"{cfg.harness.name}, out {run.root}"
+        )
         console.print(ready, soft_wrap=True, highlight=False)
         runner = RolloutRunner(cfg, policy)
         for step in range(trainer.step_count, cfg.training.steps):
             t0 = time.monotonic()
             step_dir = run.trajectories(step)
             shutil.rmtree(step_dir, ignore_errors=True)  # a step killed midway is redone from scratch
-            trajs = _rollouts(runner, cfg, _step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed),
-                              step, console)
+            trajs = _rollouts(
+                runner, cfg, _step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed), step, console
+            )
             t_roll = time.monotonic() - t0
             for i, t in enumerate(trajs):
                 atomic_write_text(step_dir / f"{i:03d}-{t.task_id}.json", t.model_dump_json())
             advantages = group_advantages(
-                [t.reward or 0.0 for t in trajs], [t.task_id for t in trajs],
-                valid=[not t.is_infra_failure for t in trajs], eps=cfg.algorithm.adv_eps,
+                [t.reward or 0.0 for t in trajs],
+                [t.task_id for t in trajs],
+                valid=[not t.is_infra_failure for t in trajs],
+                eps=cfg.algorithm.adv_eps,
             )
             items = items_from_trajectories(trajs, advantages)
             train_m = trainer.step(items) if items else {}
             version = sync_weights(trainer, policy.engine) if items else policy.engine.policy_version
             m = step_metrics(trajs, train_m)
             sampled = sum(t.num_sampled_tokens for t in trajs)
-            m.update({"perf/rollout_s": t_roll, "perf/rollout_tokens_per_s": sampled / t_roll if t_roll else 0.0,
-                      "perf/step_s": time.monotonic() - t0, "policy/version": float(version),
-                      "train/groups_with_signal": float(sum(1 for a in advantages if a != 0.0))})
+            m.update(
+                {
+                    "perf/rollout_s": t_roll,
+                    "perf/rollout_tokens_per_s": sampled / t_roll if t_roll else 0.0,
+                    "perf/step_s": time.monotonic() - t0,
+                    "policy/version": float(version),
+                    "train/groups_with_signal": float(sum(1 for a in advantages if a != 0.0)),
+                }
+            )
             line = StepMetrics(step=step, metrics=m, wall_s=time.monotonic() - t0).model_dump(mode="json")
             if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
                 path = save_checkpoint(trainer, run.root, extra={"metrics": line})
-                atomic_write_json(path / "lego_meta.json", {"trained_harness": cfg.harness.name,
-                                                            "base_model": cfg.engine.model, "step": step + 1})
+                atomic_write_json(
+                    path / "lego_meta.json",
+                    {"trained_harness": cfg.harness.name, "base_model": cfg.engine.model, "step": step + 1},
+                )
                 _prune_checkpoints(run)
             append_jsonl(run.metrics, line)
             console.print(summary_line(step, cfg.training.steps, m), soft_wrap=True, highlight=False)

@@ -27,8 +27,14 @@ def config_group() -> None:
 
 @config_group.command("show")
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
-@click.option("-o", "--override", "overrides", multiple=True, metavar="KEY.SUB=VALUE",
-              help="Dotted override, repeatable, e.g. -o training.steps=3 -o algorithm.group_size=8.")
+@click.option(
+    "-o",
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY.SUB=VALUE",
+    help="Dotted override, repeatable, e.g. -o training.steps=3 -o algorithm.group_size=8.",
+)
 @click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True)
 def config_show(config: str | None, overrides: tuple[str, ...], fmt: str) -> None:
     """Print the merged configuration: CONFIG (default: the shipped embedded-default config)

@@ -51,36 +51,60 @@ def _check_torch() -> list[Check]:
     try:
         torch = importlib.import_module("torch")
     except ImportError:
-        return [Check("torch", False, "not installed", "pip install torch==2.13.0 (CPU) or a CUDA build", required=True)]
+        return [
+            Check("torch", False, "not installed", "pip install torch==2.13.0 (CPU) or a CUDA build", required=True)
+        ]
     cuda = torch.cuda.is_available()
     detail = f"{torch.__version__}; CUDA {'available: ' + torch.cuda.get_device_name(0) if cuda else 'not available'}"
     return [
         Check("torch", True, detail, required=True),
-        Check("CUDA GPU", cuda, "found" if cuda else "none: training and serving run on the CPU (fine for the embedded default)",
-              "" if cuda else "for Qwen3-class models install a CUDA torch build on a GPU machine"),
+        Check(
+            "CUDA GPU",
+            cuda,
+            "found" if cuda else "none: training and serving run on the CPU (fine for the embedded default)",
+            "" if cuda else "for Qwen3-class models install a CUDA torch build on a GPU machine",
+        ),
     ]
 
 
 def _check_docker() -> Check:
     client = shutil.which("docker")
     if client is None:
-        return Check("docker engine", False, "no docker client", "install Docker (apt-get install docker.io) for sandbox.kind='docker'")
+        return Check(
+            "docker engine",
+            False,
+            "no docker client",
+            "install Docker (apt-get install docker.io) for sandbox.kind='docker'",
+        )
     info = _run([client, "info", "--format", "{{.ServerVersion}}"], timeout=5)
     if info is None:
-        return Check("docker engine", False, "client present, no engine answering",
-                     "start one: dockerd (as root), or use sandbox.kind='local'")
+        return Check(
+            "docker engine",
+            False,
+            "client present, no engine answering",
+            "start one: dockerd (as root), or use sandbox.kind='local'",
+        )
     return Check("docker engine", True, f"server {info}")
 
 
 def _check_bwrap() -> Check:
     exe = shutil.which("bwrap")
     if exe is None:
-        return Check("bubblewrap", False, "missing: local sandboxes cannot isolate agents",
-                     "apt-get install bubblewrap (or pass --unsafe-no-isolation on a disposable machine)", required=True)
+        return Check(
+            "bubblewrap",
+            False,
+            "missing: local sandboxes cannot isolate agents",
+            "apt-get install bubblewrap (or pass --unsafe-no-isolation on a disposable machine)",
+            required=True,
+        )
     probe = _run([exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"])
     if probe is None:
-        return Check("bubblewrap", False, "installed but cannot create namespaces here",
-                     "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) or run as root")
+        return Check(
+            "bubblewrap",
+            False,
+            "installed but cannot create namespaces here",
+            "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) or run as root",
+        )
     return Check("bubblewrap", True, _run([exe, "--version"]) or "ok", required=True)
 
 
@@ -109,13 +133,25 @@ def collect_checks() -> list[Check]:
         v = _pkg_version(pkg)
         checks.append(Check(pkg, v is not None, v or "missing", "" if v else fix, required=True))
     v = _pkg_version("vllm")
-    checks.append(Check("vllm", v is not None, v or "not installed (needed only for engine.kind='vllm' on a GPU)",
-                        "" if v else "pip install 'lego-rl[vllm]' on a CUDA machine"))
+    checks.append(
+        Check(
+            "vllm",
+            v is not None,
+            v or "not installed (needed only for engine.kind='vllm' on a GPU)",
+            "" if v else "pip install 'lego-rl[vllm]' on a CUDA machine",
+        )
+    )
     checks.append(_check_docker())
     checks.append(_check_bwrap())
-    checks.append(_check_binary("socat", ["socat", "-V"], "apt-get install socat (bridges the proxy into sandboxes)", required=True))
+    checks.append(
+        _check_binary(
+            "socat", ["socat", "-V"], "apt-get install socat (bridges the proxy into sandboxes)", required=True
+        )
+    )
     checks.append(_check_binary("git", ["git", "--version"], "apt-get install git", required=True))
-    checks.append(_check_binary("node", ["node", "--version"], "install Node.js >= 20 for opencode, claude-code and codex"))
+    checks.append(
+        _check_binary("node", ["node", "--version"], "install Node.js >= 20 for opencode, claude-code and codex")
+    )
     checks += _check_harnesses()
     return checks
 

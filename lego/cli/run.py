@@ -11,29 +11,73 @@ __all__ = ["run"]
 
 
 @click.command("run")
-@click.option("--harness", "harness_name", default="lego-agent", show_default=True,
-              help="Registered harness (`lego harness list`); third-party ones need `lego harness install NAME`.")
-@click.option("--engine", "engine_kind", type=click.Choice(["oracle", "transformers", "vllm"]), default="transformers",
-              show_default=True, help="oracle plays the task's gold patch through the harness's own tools (proves "
-              "integration; its tokens are scored by --model so logprobs are real).")
+@click.option(
+    "--harness",
+    "harness_name",
+    default="lego-agent",
+    show_default=True,
+    help="Registered harness (`lego harness list`); third-party ones need `lego harness install NAME`.",
+)
+@click.option(
+    "--engine",
+    "engine_kind",
+    type=click.Choice(["oracle", "transformers", "vllm"]),
+    default="transformers",
+    show_default=True,
+    help="oracle plays the task's gold patch through the harness's own tools (proves "
+    "integration; its tokens are scored by --model so logprobs are real).",
+)
 @click.option("--task", "task_id", required=True, help="Task id, e.g. one printed by `lego tasks list builtin`.")
-@click.option("--tasks", "source", default="builtin", show_default=True,
-              help="Where the task lives: builtin, builtin:heldout, or a SWE-bench JSONL file.")
-@click.option("--model", default="default", show_default=True,
-              help="Model directory (HF layout) or 'default' (the embedded default policy).")
+@click.option(
+    "--tasks",
+    "source",
+    default="builtin",
+    show_default=True,
+    help="Where the task lives: builtin, builtin:heldout, or a SWE-bench JSONL file.",
+)
+@click.option(
+    "--model",
+    default="default",
+    show_default=True,
+    help="Model directory (HF layout) or 'default' (the embedded default policy).",
+)
 @click.option("--vllm-url", default=None, help="Base URL of `vllm serve` for --engine vllm.")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--max-turns", type=int, default=30, show_default=True)
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Harness wall time, seconds.")
+@click.option(
+    "--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Harness wall time, seconds."
+)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the trajectory JSON (default: runs/run-<task>-<harness>.json).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Where to write the trajectory JSON (default: runs/run-<task>-<harness>.json).",
+)
 @click.option("--unsafe-no-isolation", is_flag=True, help="Run without bubblewrap (disposable machines only).")
-@click.option("-o", "--override", "overrides", multiple=True, metavar="KEY.SUB=VALUE",
-              help="Further config overrides, e.g. -o harness.options={lego-agent={max_tokens=256}}.")
-def run(harness_name: str, engine_kind: str, task_id: str, source: str, model: str, vllm_url: str | None,
-        temperature: float, max_turns: int, timeout_s: float, seed: int, out: str | None, unsafe_no_isolation: bool,
-        overrides: tuple[str, ...]) -> None:
+@click.option(
+    "-o",
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY.SUB=VALUE",
+    help="Further config overrides, e.g. -o harness.options={lego-agent={max_tokens=256}}.",
+)
+def run(
+    harness_name: str,
+    engine_kind: str,
+    task_id: str,
+    source: str,
+    model: str,
+    vllm_url: str | None,
+    temperature: float,
+    max_turns: int,
+    timeout_s: float,
+    seed: int,
+    out: str | None,
+    unsafe_no_isolation: bool,
+    overrides: tuple[str, ...],
+) -> None:
     """Run ONE rollout and print its reward, termination label, segments and trajectory path.
 
     \b
@@ -56,8 +100,11 @@ def run(harness_name: str, engine_kind: str, task_id: str, source: str, model: s
     policy = Policy.start(cfg.engine, cfg.proxy, name=engine_kind)
     try:
         runner = RolloutRunner(cfg, policy)
-        traj = runner.run(task, harness_name, RolloutOptions(training=True, temperature=temperature, seed=seed,
-                                                              max_turns=max_turns, timeout_s=timeout_s))
+        traj = runner.run(
+            task,
+            harness_name,
+            RolloutOptions(training=True, temperature=temperature, seed=seed, max_turns=max_turns, timeout_s=timeout_s),
+        )
     finally:
         policy.close()
     path = Path(out) if out else Path("runs") / f"run-{task_id}-{harness_name}.json"
@@ -69,8 +116,10 @@ def run(harness_name: str, engine_kind: str, task_id: str, source: str, model: s
     click.echo(f"reward      {traj.reward}")
     if traj.grade is not None:
         failed = sorted(t for t, r in traj.grade.tests.items() if r != "passed")
-        click.echo(f"tests       {len(traj.grade.tests) - len(failed)}/{len(traj.grade.tests)} passed"
-                   + (f"; failing: {', '.join(failed[:5])}" if failed else ""))
+        click.echo(
+            f"tests       {len(traj.grade.tests) - len(failed)}/{len(traj.grade.tests)} passed"
+            + (f"; failing: {', '.join(failed[:5])}" if failed else "")
+        )
     click.echo(f"segments    {len(traj.segments)} (sampled tokens per segment: {sampled})")
     flags = sorted(k for k, v in traj.guard_flags.items() if v)
     click.echo(f"guards      {', '.join(flags) or 'none'}")

@@ -11,10 +11,19 @@ __all__ = ["report", "train"]
 @click.command("train")
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
 @click.option("--resume", is_flag=True, help="Continue the run in training.out_dir after its last checkpoint.")
-@click.option("-o", "--override", "overrides", multiple=True, metavar="KEY.SUB=VALUE",
-              help="Dotted config override, repeatable (e.g. -o training.steps=3 -o training.out_dir=runs/a).")
-@click.option("--unsafe-no-isolation", is_flag=True,
-              help="Run agents without bubblewrap (only on a disposable machine; same as -o sandbox.unsafe_no_isolation=true).")
+@click.option(
+    "-o",
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY.SUB=VALUE",
+    help="Dotted config override, repeatable (e.g. -o training.steps=3 -o training.out_dir=runs/a).",
+)
+@click.option(
+    "--unsafe-no-isolation",
+    is_flag=True,
+    help="Run agents without bubblewrap (only on a disposable machine; same as -o sandbox.unsafe_no_isolation=true).",
+)
 def train(config: str | None, resume: bool, overrides: tuple[str, ...], unsafe_no_isolation: bool) -> None:
     """Run GSPO in an unmodified harness: B tasks x G rollouts per step, graded by hidden tests.
 

@@ -18,8 +18,15 @@ HIDDEN_TEXT = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) =
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "GIT_AUTHOR_DATE": "2020-01-01T00:00:00", "GIT_COMMITTER_DATE": "2020-01-01T00:00:00", "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "GIT_AUTHOR_DATE": "2020-01-01T00:00:00",
+        "GIT_COMMITTER_DATE": "2020-01-01T00:00:00",
+        "PATH": "/usr/bin:/bin",
+    }
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, env=env).stdout
 
 
@@ -42,10 +49,18 @@ def make_calc_tasks(root: Path, n: int = 2) -> Path:
     (repo / HIDDEN).unlink()
     base = _git(repo, "rev-parse", "HEAD").strip()
     rows = [
-        Task(instance_id=f"calc-{i}", repo="local/calc", base_commit=base, split="train",
-             problem_statement="`calc.add(2, 3)` returns -1; it should return the sum, 5.",
-             patch=patch, test_patch=test_patch, FAIL_TO_PASS=["tests/test_add.py::test_add"],
-             PASS_TO_PASS=["tests/test_mul.py::test_mul"], repo_path=str(repo))
+        Task(
+            instance_id=f"calc-{i}",
+            repo="local/calc",
+            base_commit=base,
+            split="train",
+            problem_statement="`calc.add(2, 3)` returns -1; it should return the sum, 5.",
+            patch=patch,
+            test_patch=test_patch,
+            FAIL_TO_PASS=["tests/test_add.py::test_add"],
+            PASS_TO_PASS=["tests/test_mul.py::test_mul"],
+            repo_path=str(repo),
+        )
         for i in range(n)
     ]
     path = root / "tasks.jsonl"

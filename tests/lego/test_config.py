@@ -35,8 +35,16 @@ def test_three_file_formats_give_the_same_config(tmp_path: Path, suffix: str) ->
 
 
 def test_overrides_parse_typed_values_and_nest() -> None:
-    cfg = load_config(None, ["training.steps=7", "harness.weights={lego-agent = 1.0, aider = 2.0}",
-                             "eval.harnesses=['aider', 'codex']", "proxy.api_key=secret", "sandbox.unsafe_no_isolation=true"])
+    cfg = load_config(
+        None,
+        [
+            "training.steps=7",
+            "harness.weights={lego-agent = 1.0, aider = 2.0}",
+            "eval.harnesses=['aider', 'codex']",
+            "proxy.api_key=secret",
+            "sandbox.unsafe_no_isolation=true",
+        ],
+    )
     assert cfg.training.steps == 7
     assert cfg.harness.weights == {"lego-agent": 1.0, "aider": 2.0}
     assert cfg.eval.harnesses == ["aider", "codex"]

@@ -63,7 +63,10 @@ def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path
     latest = (run.root / "checkpoints" / "latest").read_text().strip()
     assert latest == "step_000003"
     assert (run.root / "checkpoints" / latest / "model.safetensors").exists()
-    assert json.loads((run.root / "checkpoints" / latest / "lego_meta.json").read_text())["trained_harness"] == "lego-agent"
+    assert (
+        json.loads((run.root / "checkpoints" / latest / "lego_meta.json").read_text())["trained_harness"]
+        == "lego-agent"
+    )
     with pytest.raises(ConfigError, match="--resume"):
         train(cfg)
 
@@ -96,11 +99,17 @@ def test_sigkill_then_resume_loses_and_repeats_no_step(tasks: Path, tiny_model_d
 def test_fidelity_gate_stops_a_mismatched_run(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     # The harness samples at temperature 2 and the proxy is told not to override it, while the
     # trainer recomputes at algorithm.temperature = 1: the probabilities no longer correlate.
-    overrides = [*_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=2),
-                 "training.sampling_override=false",
-                 "harness.options={lego-agent = {max_tokens = 24, temperature = 2.0}}",
-                 "training.fidelity.patience=1", "training.fidelity.min_pearson=0.999"]
-    with pytest.raises(FidelityError, match=r"training/rollout_actor_probs_pearson_corr = [0-9.]+ stayed below the threshold fidelity.min_pearson = 0.999"):
+    overrides = [
+        *_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=2),
+        "training.sampling_override=false",
+        "harness.options={lego-agent = {max_tokens = 24, temperature = 2.0}}",
+        "training.fidelity.patience=1",
+        "training.fidelity.min_pearson=0.999",
+    ]
+    with pytest.raises(
+        FidelityError,
+        match=r"training/rollout_actor_probs_pearson_corr = [0-9.]+ stayed below the threshold fidelity.min_pearson = 0.999",
+    ):
         train(load_config(None, overrides))
 
 

@@ -9,11 +9,18 @@ from lego.types import Generation, Segment, Task, Trajectory
 
 
 def test_task_accepts_swebench_json_encoded_test_lists() -> None:
-    task = Task.model_validate({
-        "instance_id": "astropy__astropy-12907", "repo": "astropy/astropy", "base_commit": "d16bfe05",
-        "problem_statement": "x", "patch": "diff", "test_patch": "diff",
-        "FAIL_TO_PASS": '["tests/test_a.py::test_one"]', "PASS_TO_PASS": "[]",
-    })
+    task = Task.model_validate(
+        {
+            "instance_id": "astropy__astropy-12907",
+            "repo": "astropy/astropy",
+            "base_commit": "d16bfe05",
+            "problem_statement": "x",
+            "patch": "diff",
+            "test_patch": "diff",
+            "FAIL_TO_PASS": '["tests/test_a.py::test_one"]',
+            "PASS_TO_PASS": "[]",
+        }
+    )
     assert task.FAIL_TO_PASS == ["tests/test_a.py::test_one"] and task.PASS_TO_PASS == []
     assert Task.model_validate_json(task.model_dump_json()) == task
 
@@ -22,12 +29,19 @@ def test_task_rejects_unknown_fields_and_bad_lists() -> None:
     with pytest.raises(ValidationError):
         Task.model_validate({"instance_id": "a", "repo": "r", "problem_statement": "p", "patch": "", "bogus": 1})
     with pytest.raises(ValidationError, match="JSON-encoded"):
-        Task.model_validate({"instance_id": "a", "repo": "r", "problem_statement": "p", "patch": "", "FAIL_TO_PASS": "[oops"})
+        Task.model_validate(
+            {"instance_id": "a", "repo": "r", "problem_statement": "p", "patch": "", "FAIL_TO_PASS": "[oops"}
+        )
 
 
 def test_segment_checks_parallel_lists_and_sampled_logprobs() -> None:
-    seg = Segment(prompt_ids=[1, 2], response_ids=[3, 4, 5], response_mask=[1, 0, 1],
-                  response_logprobs=[-0.5, None, -1.0], response_versions=[0, None, 0])
+    seg = Segment(
+        prompt_ids=[1, 2],
+        response_ids=[3, 4, 5],
+        response_mask=[1, 0, 1],
+        response_logprobs=[-0.5, None, -1.0],
+        response_versions=[0, None, 0],
+    )
     assert seg.num_sampled == 2 and seg.input_ids == [1, 2, 3, 4, 5]
     with pytest.raises(ValidationError, match="disagree in length"):
         Segment(prompt_ids=[1], response_ids=[2], response_mask=[1, 1], response_logprobs=[-1.0], response_versions=[0])
@@ -42,8 +56,16 @@ def test_generation_lengths_must_agree() -> None:
 
 def test_trajectory_round_trip_and_infra_flag() -> None:
     seg = Segment(prompt_ids=[1], response_ids=[2], response_mask=[1], response_logprobs=[-0.25], response_versions=[3])
-    traj = Trajectory(trajectory_id="t", session_id="s", task_id="x", harness="lego-agent", segments=[seg],
-                      termination="env_error", reward=None, guard_flags={"test_tamper": False})
+    traj = Trajectory(
+        trajectory_id="t",
+        session_id="s",
+        task_id="x",
+        harness="lego-agent",
+        segments=[seg],
+        termination="env_error",
+        reward=None,
+        guard_flags={"test_tamper": False},
+    )
     back = Trajectory.model_validate_json(traj.model_dump_json())
     assert back == traj
     assert back.is_infra_failure and back.num_sampled_tokens == 1
