@@ -93,7 +93,17 @@ def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
     return calls
 
 
+_CANONICAL_KEYS = {
+    "user": {"role", "content"},
+    "system": {"role", "content"},
+    "tool": {"role", "tool_call_id", "content"},
+}
+
+
 def canonical_message(m: Any, i: int) -> dict[str, Any]:
+    if type(m) is dict and isinstance(m.get("content"), str) and m.keys() == _CANONICAL_KEYS.get(m.get("role"), ()):  # type: ignore[arg-type]
+        if m["role"] != "tool" or isinstance(m["tool_call_id"], str):
+            return m  # already canonical: the common case for long histories, kept copy-free
     where = f"messages[{i}]"
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise ApiError(400, f"{where}: each message must be an object with a string 'role'", param=f"{where}.role")

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -49,6 +51,7 @@ __all__ = ["ChatTemplate", "PreparedCall", "SessionRecorder", "Thread", "thread_
 
 Message = dict[str, Any]
 MAX_SIDE_THREADS = 32
+_NAN = float("nan")
 
 
 class ChatTemplate(Protocol):
@@ -96,24 +99,44 @@ class _Turn:
 
 @dataclass
 class _Seg:
-    """The open segment of a thread as flat parallel lists (``prompt_len``: where sampling began)."""
+    """The open segment of a thread as flat parallel arrays (``prompt_len``: where sampling began).
+
+    ``ids`` is a list (prompts are built from it by a pointer copy); mask, logprobs and versions
+    are compact arrays the garbage collector never walks. ``None`` logprobs / versions of context
+    tokens are stored as NaN / -1.
+    """
 
     ids: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    logprobs: list[float | None] = field(default_factory=list)
-    versions: list[int | None] = field(default_factory=list)
+    mask: bytearray = field(default_factory=bytearray)
+    logprobs: array[float] = field(default_factory=lambda: array("d"))
+    versions: array[int] = field(default_factory=lambda: array("q"))
     prompt_len: int | None = None
     bounds: dict[int, tuple[int, int]] = field(default_factory=dict)  # message count -> (tokens, text chars)
 
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def prefix(self, n: int | None = None) -> list[int]:
+        """The first ``n`` token ids (all by default) as a new list."""
+        return self.ids[:] if n is None else self.ids[:n]
+
     def extend_context(self, ids: list[int]) -> None:
+        n = len(ids)
         self.ids.extend(ids)
-        self.mask.extend([0] * len(ids))
-        self.logprobs.extend([None] * len(ids))
-        self.versions.extend([None] * len(ids))
+        self.mask.extend(bytes(n))
+        self.logprobs.extend(array("d", [_NAN]) * n)
+        self.versions.extend(array("q", [-1]) * n)
+
+    def extend_sampled(self, ids: list[int], logprobs: list[float], version: int) -> None:
+        n = len(ids)
+        self.ids.extend(ids)
+        self.mask.extend(b"\x01" * n)
+        self.logprobs.extend(logprobs)
+        self.versions.extend(array("q", [version]) * n)
 
     def truncate(self, n: int) -> None:
-        for lst in (self.ids, self.mask, self.logprobs, self.versions):
-            del lst[n:]
+        for arr in (self.ids, self.mask, self.logprobs, self.versions):
+            del arr[n:]
         if self.prompt_len is not None and self.prompt_len >= n:
             self.prompt_len = None
 
@@ -124,9 +147,9 @@ class _Seg:
         return Segment(
             prompt_ids=self.ids[:p],
             response_ids=self.ids[p:],
-            response_mask=self.mask[p:],
-            response_logprobs=self.logprobs[p:],
-            response_versions=self.versions[p:],
+            response_mask=list(self.mask[p:]),
+            response_logprobs=[None if math.isnan(x) else x for x in self.logprobs[p:]],
+            response_versions=[None if v < 0 else v for v in self.versions[p:]],
         )
 
 
@@ -238,15 +261,15 @@ class SessionRecorder:
         if seg.bounds and 0 < k == len(th.messages) and k in seg.bounds and th.gen_text is not None:
             delta = self._render_from(th, messages, k, tools)
             if delta is not None:
-                ctx = seg.ids + encode(delta)
-                return self._call(th, "extend", k, ctx, messages, tools, len(seg.ids), len(th.text), delta, {})
+                ctx = seg.prefix() + encode(delta)
+                return self._call(th, "extend", k, ctx, messages, tools, len(seg), len(th.text), delta, {})
 
         last = th.last_gen
         if last is not None and 0 < k == len(th.messages) - 1 == last[0] and k in seg.bounds:
             tok, chars = seg.bounds[k]
             delta = self._render_from(th, messages, k, tools)
             if delta is not None:
-                ctx = seg.ids[:tok] + encode(delta)
+                ctx = seg.prefix(tok) + encode(delta)
                 kept = {j: b for j, b in seg.bounds.items() if j <= k}
                 call = self._call(th, "retry", k, ctx, messages, tools, tok, chars, delta, kept)
                 call.reason = "exact retry" if len(messages) == k else "last assistant replaced"
@@ -260,16 +283,14 @@ class SessionRecorder:
         j = max((b for b in seg.bounds if b <= k), default=0)
         tok, chars = seg.bounds.get(j, (0, 0))
         if j and text_m.startswith(th.text[:chars]):
-            ctx, kept = seg.ids[:tok] + encode(text_m[chars:]), {b: v for b, v in seg.bounds.items() if b <= j}
+            ctx, kept = seg.prefix(tok) + encode(text_m[chars:]), {b: v for b, v in seg.bounds.items() if b <= j}
         else:
             ctx, kept = encode(text_m), {}
-        if seg.bounds and len(ctx) >= len(seg.ids) and ctx[: len(seg.ids)] == seg.ids:
-            call = self._call(th, "extend", k, ctx, messages, tools, len(seg.ids), 0, text_m, {})
-        else:
-            call = self._call(th, "new_segment", k, ctx, messages, tools, 0, 0, text_m, kept)
-            call.reason = "first call" if not seg.bounds else f"history rewritten after message {k}"
-        call.gen_text = text_mg[len(text_m) :]
-        call.prompt_ids = ctx + encode(call.gen_text)
+        gen_text = text_mg[len(text_m) :]
+        if seg.bounds and len(ctx) >= len(seg) and ctx[: len(seg)] == seg.prefix():
+            return self._call(th, "extend", k, ctx, messages, tools, len(seg), 0, text_m, {}, gen_text)
+        call = self._call(th, "new_segment", k, ctx, messages, tools, 0, 0, text_m, kept, gen_text)
+        call.reason = "first call" if not seg.bounds else f"history rewritten after message {k}"
         return call
 
     def _render_from(self, th: Thread, messages: list[Message], j: int, tools: list[dict[str, Any]]) -> str | None:
@@ -299,17 +320,21 @@ class SessionRecorder:
         text_keep: int,
         delta_text: str,
         kept: dict[int, tuple[int, int]],
+        gen_text: str | None = None,
     ) -> PreparedCall:
-        gen_text = th.gen_text or ""
+        """Package a decision; appends the generation prompt's ids to ``ctx`` in place (no copy)."""
+        gen_text = (th.gen_text or "") if gen_text is None else gen_text
+        context_len = len(ctx)
+        ctx.extend(self.template.encode(gen_text))
         return PreparedCall(
             thread_key=th.key,
             mode=mode,
             matched=matched,
-            prompt_ids=ctx + self.template.encode(gen_text),
+            prompt_ids=ctx,
             messages=list(messages),
             tools=tools,
             keep=keep,
-            context_len=len(ctx),
+            context_len=context_len,
             text_keep=text_keep,
             delta_text=delta_text,
             gen_text=gen_text,
@@ -328,11 +353,11 @@ class SessionRecorder:
         if call.mode == "retry" and th.last_gen is not None:
             _, start, end = th.last_gen
             self.discarded.append(
-                DiscardedGeneration(
-                    prompt_ids=seg.ids[:start],
+                DiscardedGeneration.model_construct(  # built from validated parts; O(history) to re-validate
+                    prompt_ids=seg.prefix(start),
                     token_ids=seg.ids[start:end],
-                    logprobs=[float(x) for x in seg.logprobs[start:end] if x is not None],
-                    policy_version=int(seg.versions[start] or 0) if end > start else 0,
+                    logprobs=seg.logprobs[start:end].tolist(),
+                    policy_version=int(seg.versions[start]) if end > start else 0,
                     reason=call.reason or "exact retry",
                 )
             )
@@ -345,19 +370,16 @@ class SessionRecorder:
                 th.sealed.append(old)
                 self.counters["rewrites"] += 1
             seg = th.seg = _Seg(bounds=dict(call.kept_bounds))
-        elif len(seg.ids) != call.keep:
+        elif len(seg) != call.keep:
             raise RuntimeError("segment changed between prepare and commit; calls on one thread must be serialized")
-        seg.extend_context(call.prompt_ids[len(seg.ids) : call.context_len])
+        seg.extend_context(call.prompt_ids[len(seg) : call.context_len])
         seg.bounds[len(call.messages)] = (call.context_len, call.text_keep + len(call.delta_text))
         seg.extend_context(call.prompt_ids[call.context_len :])
-        start = len(seg.ids)
+        start = len(seg)
         if seg.prompt_len is None:
             seg.prompt_len = start
-        seg.ids.extend(gen.token_ids)
-        seg.mask.extend([1] * len(gen.token_ids))
-        seg.logprobs.extend(gen.logprobs)
-        seg.versions.extend([gen.policy_version] * len(gen.token_ids))
-        end = len(seg.ids)
+        seg.extend_sampled(gen.token_ids, gen.logprobs, gen.policy_version)
+        end = len(seg)
 
         snapshot = [*call.messages, assistant]
         text_m = th.text[: call.text_keep] + call.delta_text
@@ -374,7 +396,7 @@ class SessionRecorder:
             tool_call_ids=tuple(str(c.get("id")) for c in assistant.get("tool_calls") or []),
             content=str(assistant.get("content") or ""),
         )
-        seg.bounds[len(snapshot)] = (len(seg.ids), len(text_s))
+        seg.bounds[len(snapshot)] = (len(seg), len(text_s))
         th.last_gen = (len(call.messages), start, end)
         th.generations += 1
 

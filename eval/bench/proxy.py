@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import platform
 import random
 import statistics
@@ -228,6 +229,30 @@ def _end_to_end(model: str, turns: int) -> dict[str, Any]:
     }
 
 
+class _Remote:
+    """Addresses of a proxy running in another process."""
+
+    def __init__(self, root_url: str) -> None:
+        self.root_url = root_url
+
+    def session_base_url(self, session_id: str) -> str:
+        return f"{self.root_url}/s/{session_id}/v1"
+
+
+def _serve_instant(model_path: str, urls: Any, stop: Any) -> None:
+    """Child process: a proxy over InstantEngine, so the load generator never shares its GIL."""
+    from lego.models.chat import ChatFormat
+    from proxies.server import ProxyServer
+
+    chat = ChatFormat.from_pretrained(model_path)
+    completion = chat.encode(
+        'Looking.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "pytest -x"}}\n</tool_call><|im_end|>'
+    )
+    with ProxyServer(InstantEngine(completion), chat, ProxyConfig(port=0)) as srv:  # type: ignore[arg-type]
+        urls.put(srv.root_url)
+        stop.wait()
+
+
 def measure(
     model: str = "default",
     sessions: int = 8,
@@ -238,30 +263,33 @@ def measure(
     e2e_turns: int = 8,
 ) -> dict[str, Any]:
     """Run the benchmark and return the JSON-ready result."""
-    from lego.models.chat import ChatFormat
+    import multiprocessing
+
     from lego.models.tiny import resolve_model
-    from proxies.server import ProxyServer
 
     path = resolve_model(model)
-    chat = ChatFormat.from_pretrained(path)
-    completion = chat.encode(
-        'Looking.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "pytest -x"}}\n</tool_call><|im_end|>'
-    )
     marks = [1, 32, turns]
-    with ProxyServer(InstantEngine(completion), chat, ProxyConfig(port=0)) as srv:  # type: ignore[arg-type]
+    ctx = multiprocessing.get_context("spawn")
+    urls, stop = ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_serve_instant, args=(str(path), urls, stop), daemon=True)
+    child.start()
+    try:
+        srv = _Remote(urls.get(timeout=300))
         healthz = _healthz(srv, 300)
         latency = _latency(srv, sessions, turns, words, marks, window=4 if turns > 8 else 0)
         load = asyncio.run(_load(srv, concurrency, duration, words, turns_per_session=32))
+    finally:
+        stop.set()
+        child.join(30)
     t1, tn = latency["turn_1"]["p50_ms"], latency[f"turn_{turns}"]["p50_ms"]
+    server_ratio = latency[f"turn_{turns}"]["server_p50_ms"] / latency["turn_1"]["server_p50_ms"]
     return {
         "bench": "proxy",
-        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "baseline_healthz_p50_ms": healthz,
         "latency": latency,
         "ratio_turn_last_vs_turn_1_p50": round(tn / t1, 3),
-        "ratio_turn_last_vs_turn_1_server_p50": round(
-            latency[f"turn_{turns}"]["server_p50_ms"] / latency["turn_1"]["server_p50_ms"], 3
-        ),
+        "ratio_turn_last_vs_turn_1_server_p50": round(server_ratio, 3),
         "ratio_turn_1_vs_healthz_p50": round(t1 / healthz, 3),
         "load": load,
         "end_to_end_tiny": _end_to_end(str(path), e2e_turns),
