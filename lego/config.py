@@ -154,9 +154,11 @@ class TrainingConfig(_Section):
     lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
-    micro_batch_size: int = Field(4, ge=1, description="Segments per forward/backward pass.")
-    grad_accum: int = Field(
-        1, ge=1, description="Optimizer steps per training step = 1; micro-batches are accumulated."
+    micro_batch_size: int = Field(
+        4,
+        ge=1,
+        description="Segments per forward/backward pass. A step is ONE optimizer update: the gradients of all "
+        "micro-batches are accumulated first, so this trades memory for speed and never changes the result.",
     )
     grad_clip: float | None = Field(1.0, gt=0)
     finetune: Literal["full", "lora"] = "full"
@@ -230,8 +232,6 @@ class LegoConfig(_Section):
             bad = [k for k, w in self.harness.weights.items() if w < 0]
             if bad or sum(self.harness.weights.values()) <= 0:
                 raise ValueError("harness.weights must be non-negative with a positive sum, e.g. {lego-agent=1.0}")
-        if self.training.grad_accum > 1 and self.training.micro_batch_size < 1:
-            raise ValueError("training.micro_batch_size must be >= 1")
         return self
 
 
