@@ -130,6 +130,7 @@ def summary_line(step: int, steps: int, m: dict[str, float]) -> str:
         f"| pearson {pearson:.5f} | kl {m.get('rollout_corr/kl', float('nan')):.2e} "
         f"| clip {m.get('actor/pg_clipfrac', 0):.3f} | {m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s "
         f"| infra {m.get('rollout/infra_failures', 0):.0f} | {m.get('perf/step_s', 0):.0f}s"
+        + "".join(f" | {k.split('@')[0]} {v:.3f}" for k, v in m.items() if k.startswith("val/pass1@"))
     )
 
 
@@ -233,6 +234,40 @@ def _rollouts(
     return trajs
 
 
+def validate(runner: RolloutRunner, cfg: LegoConfig, tasks: Sequence[Task], out_dir: Path) -> dict[str, float]:
+    """Held-out pass@1 of the policy as it is now, through the eval code (one pinned harness:
+    ``eval.harnesses[0]``), written under ``out_dir`` and returned as ``val/*`` metrics."""
+    from eval.matrix import cell_metrics
+    from eval.results import EvalSpec, PolicySpec, SampleKey, SampleResult
+    from eval.runner import run_eval
+
+    by_id = {t.instance_id: t for t in tasks}
+    spec = EvalSpec(
+        policies=[PolicySpec(name="policy", model=str(out_dir.name))],
+        harnesses=[cfg.eval.harnesses[0]],
+        task_ids=list(by_id),
+        samples=cfg.eval.samples,
+        seed=cfg.eval.seed,
+        temperature=cfg.eval.temperature,
+        max_turns=cfg.harness.max_turns,
+        timeout_s=cfg.harness.timeout_s,
+        bootstrap=cfg.eval.bootstrap,
+    )
+
+    def run_sample(key: SampleKey) -> SampleResult:
+        opts = RolloutOptions(
+            training=True,
+            temperature=spec.temperature,
+            seed=key.seed,
+            max_turns=spec.max_turns,
+            timeout_s=spec.timeout_s,
+        )
+        return SampleResult.from_trajectory(key, runner.run(by_id[key.task_id], key.harness, opts))
+
+    results = run_eval(spec, run_sample, out_dir, concurrency=cfg.eval.concurrency)
+    return cell_metrics(results.cells[0], prefix="val")
+
+
 def train(
     cfg: LegoConfig,
     *,
@@ -264,6 +299,12 @@ def train(
         )
         console.print(ready, soft_wrap=True, highlight=False)
         runner = RolloutRunner(cfg, policy)
+        val_tasks: list[Task] = []
+        if cfg.training.eval_every:
+            val_tasks = _load_tasks(
+                cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"limit": cfg.eval.limit})}),
+                cfg.tasks.eval_split,
+            )
         for step in range(trainer.step_count, cfg.training.steps):
             t0 = time.monotonic()
             step_dir = run.trajectories(step)
@@ -294,6 +335,11 @@ def train(
                     "train/groups_with_signal": float(sum(1 for a in advantages if a != 0.0)),
                 }
             )
+            if cfg.training.eval_every and (
+                (step + 1) % cfg.training.eval_every == 0 or step + 1 == cfg.training.steps
+            ):
+                with console.status(f"validating on {len(val_tasks)} {cfg.tasks.eval_split} tasks"):
+                    m.update(validate(runner, cfg, val_tasks, run.root / "validation" / f"step_{step + 1:04d}"))
             line = StepMetrics(step=step, metrics=m, wall_s=time.monotonic() - t0).model_dump(mode="json")
             if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
                 path = save_checkpoint(trainer, run.root, extra={"metrics": line})

@@ -46,7 +46,8 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
-    cfg = load_config(None, _overrides(tasks, tiny_model_dir, tmp_path / "run", steps=3))
+    validation = ["training.eval_every=3", "tasks.eval_split=train", "eval.limit=1", "eval.samples=2"]
+    cfg = load_config(None, [*_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=3), *validation])
     run = train(cfg)
     lines = read_jsonl(run.metrics)
     assert [ln["step"] for ln in lines] == [0, 1, 2]
@@ -55,6 +56,10 @@ def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path
         assert ln["metrics"]["rollout/count"] == 2.0
         assert ln["metrics"]["guards/history_strip"] == 1.0
     assert [ln["metrics"]["policy/version"] for ln in lines] == [1.0, 2.0, 3.0]
+    # validation ran once, after the last step, through the eval code with per-sample JSON
+    assert "val/pass1@lego-agent" not in lines[1]["metrics"]
+    assert 0.0 <= lines[2]["metrics"]["val/pass1@lego-agent"] <= 1.0
+    assert len(list((run.root / "validation" / "step_0003" / "samples").rglob("*.json"))) == 2
     for step in range(3):
         trajs = sorted(run.trajectories(step).glob("*.json"))
         assert len(trajs) == 2
