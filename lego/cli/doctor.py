@@ -115,13 +115,28 @@ def _check_binary(name: str, argv: list[str], fix: str, required: bool = False) 
 
 
 def _check_harnesses() -> list[Check]:
-    try:
-        from harnesses.base import harness_status
-    except ImportError:
-        return []
+    """One line per registered harness: built in, installed (with its pinned version), or what to run."""
+    from harnesses.base import HARNESSES
+    from harnesses.install import installed
+
     out = []
-    for name, installed, detail in harness_status():
-        out.append(Check(f"harness: {name}", installed, detail, "" if installed else f"lego harness install {name}"))
+    for name in HARNESSES.names():
+        spec = getattr(HARNESSES.resolve(name), "install_spec", None)
+        if spec is None:
+            out.append(Check(f"harness {name}", True, "built in"))
+            continue
+        record = installed(name)
+        if record is None:
+            out.append(
+                Check(
+                    f"harness {name}",
+                    False,
+                    f"not installed (pins {spec.package}=={spec.version})",
+                    f"lego harness install {name}",
+                )
+            )
+        else:
+            out.append(Check(f"harness {name}", True, f"{record.version} under the lego data dir"))
     return out
 
 
