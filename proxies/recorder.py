@@ -239,6 +239,9 @@ class SessionRecorder:
     def _matched_prefix(self, th: Thread, messages: list[Message], tools: list[dict[str, Any]]) -> int:
         if tools != th.tools:
             return 0
+        n = min(len(messages), len(th.messages))
+        if messages[:n] == th.messages[:n]:  # one C-level pass: the client echoed every turn verbatim
+            return n
         k = 0
         for i in range(min(len(messages), len(th.messages))):
             if not self._matches(th, i, messages[i]):
@@ -261,7 +264,7 @@ class SessionRecorder:
         if seg.bounds and 0 < k == len(th.messages) and k in seg.bounds and th.gen_text is not None:
             delta = self._render_from(th, messages, k, tools)
             if delta is not None:
-                ctx = seg.prefix() + encode(delta)
+                ctx = seg.ids + encode(delta)  # the only copy of the history this call makes
                 return self._call(th, "extend", k, ctx, messages, tools, len(seg), len(th.text), delta, {})
 
         last = th.last_gen
@@ -269,7 +272,8 @@ class SessionRecorder:
             tok, chars = seg.bounds[k]
             delta = self._render_from(th, messages, k, tools)
             if delta is not None:
-                ctx = seg.prefix(tok) + encode(delta)
+                ctx = seg.prefix(tok)
+                ctx.extend(encode(delta))
                 kept = {j: b for j, b in seg.bounds.items() if j <= k}
                 call = self._call(th, "retry", k, ctx, messages, tools, tok, chars, delta, kept)
                 call.reason = "exact retry" if len(messages) == k else "last assistant replaced"
@@ -287,7 +291,7 @@ class SessionRecorder:
         else:
             ctx, kept = encode(text_m), {}
         gen_text = text_mg[len(text_m) :]
-        if seg.bounds and len(ctx) >= len(seg) and ctx[: len(seg)] == seg.prefix():
+        if seg.bounds and len(ctx) >= len(seg) and ctx[: len(seg)] == seg.ids:
             return self._call(th, "extend", k, ctx, messages, tools, len(seg), 0, text_m, {}, gen_text)
         call = self._call(th, "new_segment", k, ctx, messages, tools, 0, 0, text_m, kept, gen_text)
         call.reason = "first call" if not seg.bounds else f"history rewritten after message {k}"
