@@ -205,6 +205,12 @@ def build_app(service: ProxyService) -> Starlette:
             }
         )
 
+    async def model_card(request: Request) -> Response:
+        name = str(request.path_params["model_id"])  # any name is served by the policy
+        return JSONResponse(
+            {"id": name, "object": "model", "created": 0, "owned_by": "lego", "type": "model", "display_name": name}
+        )
+
     async def healthz(request: Request) -> Response:
         return JSONResponse(
             {"status": "ok", "sessions": len(service.sessions), "policy_version": service.engine.policy_version}
@@ -228,6 +234,7 @@ def build_app(service: ProxyService) -> Starlette:
             Route(f"{prefix}/v1/messages/count_tokens", endpoint("messages", count_tokens), methods=["POST"]),
             Route(f"{prefix}/v1/responses", endpoint("responses", responses), methods=["POST"]),
             Route(f"{prefix}/v1/models", endpoint("chat", models), methods=["GET"]),
+            Route(f"{prefix}/v1/models/{{model_id:path}}", endpoint("chat", model_card), methods=["GET"]),
         ]
     routes += [
         Route("/s/{session}/trajectory", endpoint("chat", trajectory), methods=["GET"]),

@@ -141,6 +141,7 @@ def test_engine_failure_is_503_with_a_retry_hint(tiny_model_dir: Any, chat_forma
 
 def test_session_routes(server: ProxyServer) -> None:
     assert httpx.get(f"{server.root_url}/healthz").json()["status"] == "ok"
+    assert httpx.get(f"{server.base_url}/models/claude-opus-4-1").json()["id"] == "claude-opus-4-1"
     assert httpx.get(f"{server.root_url}/s/none/trajectory").status_code == 404
     r = httpx.post(f"{server.session_base_url('a')}/chat/completions", json=GOOD_CHAT)
     assert r.status_code == 200
