@@ -1,0 +1,63 @@
+"""`lego sft`: warm-start a policy by supervised fine-tuning on lego-agent conversations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["sft"]
+
+
+@click.command("sft")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Model directory to write.")
+@click.option(
+    "--base", default="tiny", show_default=True, help="'tiny' (a fresh tiny model from --seed) or an HF model dir."
+)
+@click.option("--seed", default=0, show_default=True, help="Seeds the base weights, the data and the order.")
+@click.option("--split", default="train", show_default=True, help="Built-in task split to learn from.")
+@click.option("--variants", default=1, show_default=True, help="Conversations per task.")
+@click.option("--limit", type=int, default=None, help="Use only the first N tasks of the split.")
+@click.option("--steps", default=60, show_default=True, help="Optimizer steps.")
+@click.option("--batch", default=4, show_default=True, help="Conversations per step.")
+@click.option("--lr", default=2e-3, show_default=True, help="Peak learning rate (warmup, then cosine to 10%).")
+@click.option("--max-len", default=2048, show_default=True, help="Tokens kept per conversation.")
+@click.option("--threads", default=0, show_default=True, help="torch CPU threads (0: torch's default).")
+@click.option("--data-out", type=click.Path(path_type=Path), default=None, help="Also write the conversations (JSONL).")
+def sft(
+    out_dir: Path,
+    base: str,
+    seed: int,
+    split: str,
+    variants: int,
+    limit: int | None,
+    steps: int,
+    batch: int,
+    lr: float,
+    max_len: int,
+    threads: int,
+    data_out: Path | None,
+) -> None:
+    """Fine-tune a policy on lego-agent conversations that fix built-in tasks (loss on assistant tokens).
+
+    \b
+    The conversations come from lego.sft_data: planned from each task's gold patch and executed
+    by the lego-agent's own tools on a copy of the repo, so observations are real. Same seed,
+    same torch and thread count: same weights.
+    """
+    from lego.sft import SFTConfig, run_sft
+
+    cfg = SFTConfig(
+        base=base,
+        seed=seed,
+        split=split,
+        variants=variants,
+        limit=limit,
+        steps=steps,
+        batch=batch,
+        lr=lr,
+        max_len=max_len,
+        threads=threads,
+    )
+    path = run_sft(cfg, out_dir, data_out=data_out)
+    click.echo(str(path))

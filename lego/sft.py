@@ -1,0 +1,213 @@
+"""`lego sft`: supervised fine-tuning of a policy on lego-agent conversations (the warm start).
+
+A randomly initialised policy never calls a tool correctly, so every RL group has zero reward
+spread and the loop learns nothing. SFT on conversations from :mod:`lego.sft_data` teaches the
+protocol (one well-formed tool call per turn, the editor's arguments, ``submit``) and the shape of
+a fix. The loss is next-token cross entropy on the assistant tokens only: the mask comes from the
+chat template's ``{% generation %}`` markers (:meth:`ChatFormat.assistant_mask`), so the model is
+never trained to produce observations or prompts.
+
+Deterministic from ``seed``: the base weights (``build_tiny(seed)``), the data (the generator is
+seeded), the example order (a seeded permutation per epoch) and ``torch.manual_seed`` before
+training; on one machine with the same torch version and thread count the written weights are
+identical. The output is an ordinary HF model directory (tokenizer and chat template included)
+written atomically: a temp sibling renamed into place, so a crash never leaves half a model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, Field
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lego.errors import LegoError
+from lego.models.chat import ChatFormat
+
+__all__ = ["Example", "SFTConfig", "masked_loss", "run_sft", "tokenize", "train_sft", "write_model"]
+
+
+class SFTConfig(BaseModel):
+    """Everything that decides an SFT run (stored in the output as ``lego_sft.json``)."""
+
+    base: str = Field("tiny", description="'tiny' (build_tiny with `seed`) or an HF model directory.")
+    seed: int = 0
+    split: str = "train"
+    variants: int = Field(1, description="conversations per task (different exploration/recovery).")
+    limit: int | None = Field(None, description="use only the first N tasks of the split.")
+    steps: int = Field(60, description="optimizer steps.")
+    batch: int = Field(4, description="conversations per optimizer step (gradient accumulation).")
+    lr: float = 2e-3
+    warmup: int = 5
+    weight_decay: float = 0.01
+    max_len: int = Field(2048, description="tokens; longer conversations are cut (their tail is dropped).")
+    threads: int = Field(0, description="torch CPU threads (0: leave torch's default).")
+
+
+class Example:
+    """One tokenised conversation: ids and the assistant mask (1 where the loss applies)."""
+
+    def __init__(self, instance_id: str, ids: list[int], mask: list[int]) -> None:
+        self.instance_id, self.ids, self.mask = instance_id, ids, mask
+
+
+def tokenize(conversations: Sequence[dict[str, Any]], chat: ChatFormat, max_len: int) -> list[Example]:
+    """Render each conversation with the model's template; keep at most ``max_len`` tokens."""
+    out = []
+    for conv in conversations:
+        ids, mask = chat.assistant_mask(conv["messages"], conv["tools"])
+        if len(ids) != len(mask):
+            raise LegoError("the chat template's assistant mask does not match its ids; check {% generation %}")
+        ex = Example(conv["instance_id"], ids[:max_len], mask[:max_len])
+        if sum(ex.mask[1:]) == 0:
+            continue  # nothing to learn inside the window
+        out.append(ex)
+    return out
+
+
+def masked_loss(model: Any, ex: Example) -> tuple[torch.Tensor, int]:
+    """Summed next-token cross entropy over assistant positions, and how many positions that is."""
+    ids = torch.tensor([ex.ids], dtype=torch.long)
+    target_mask = torch.tensor(ex.mask[1:], dtype=torch.bool)
+    logits = model(input_ids=ids).logits[0, :-1].float()
+    targets = ids[0, 1:]
+    losses = torch.nn.functional.cross_entropy(logits[target_mask], targets[target_mask], reduction="sum")
+    return losses, int(target_mask.sum())
+
+
+def _lr_at(step: int, cfg: SFTConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train_sft(
+    model: Any,
+    examples: Sequence[Example],
+    cfg: SFTConfig,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """``cfg.steps`` AdamW updates, each over ``cfg.batch`` examples (token-weighted mean loss).
+
+    Examples are taken in a seeded permutation, reshuffled each pass. Returns the per-step losses.
+    """
+    if not examples:
+        raise LegoError("no SFT examples; generate conversations first (is the split empty?)")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    model.train()
+    order: list[int] = []
+    losses = []
+    for step in range(cfg.steps):
+        batch = []
+        for _ in range(cfg.batch):
+            if not order:
+                order = list(range(len(examples)))
+                rng.shuffle(order)
+            batch.append(examples[order.pop()])
+        n_tokens = sum(sum(ex.mask[1:]) for ex in batch)
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for ex in batch:
+            loss, _ = masked_loss(model, ex)
+            (loss / n_tokens).backward()
+            total += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(total / n_tokens)
+        if on_step is not None:
+            on_step(step, losses[-1])
+    model.eval()
+    return losses
+
+
+def write_model(model: Any, tokenizer: Any, out_dir: Path, meta: dict[str, Any]) -> Path:
+    """Save an HF model dir atomically (temp sibling, then rename over any previous one)."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "chat_template.jinja").write_text(tokenizer.chat_template, encoding="utf-8")
+        (tmp / "lego_sft.json").write_text(json.dumps(meta, indent=2) + "\n")
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def _base_model(cfg: SFTConfig, scratch: Path) -> Path:
+    if cfg.base == "tiny":
+        from lego.models.tiny import build_tiny
+
+        return build_tiny(scratch / "base", seed=cfg.seed)
+    from lego.models.tiny import resolve_model
+
+    return resolve_model(cfg.base)
+
+
+def run_sft(cfg: SFTConfig, out_dir: str | Path, data_out: str | Path | None = None, quiet: bool = False) -> Path:
+    """Build/load the base, generate the conversations, train, write the model: the whole warm start."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from lego.sft_data import generate
+    from sandboxes.tasks.sources import BuiltinSource
+
+    console = Console(stderr=True, quiet=quiet)
+    t0 = time.monotonic()
+    source = BuiltinSource(cfg.split)
+    records = source.records()[: cfg.limit] if cfg.limit else source.records()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with tempfile.TemporaryDirectory(prefix="lego-sft-base-") as scratch:
+        base = _base_model(cfg, Path(scratch))
+        with Progress(*columns, TextColumn("{task.fields[info]}"), console=console) as bar:
+            gen = bar.add_task("sft data", total=len(records) * cfg.variants, info="")
+            tasks = [source.prepare(r) for r in records]
+            convs = generate(tasks, cfg.seed, cfg.variants, progress=lambda: bar.advance(gen))
+            if data_out:
+                Path(data_out).write_text("".join(json.dumps(c) + "\n" for c in convs), encoding="utf-8")
+            tokenizer = AutoTokenizer.from_pretrained(str(base))
+            examples = tokenize(convs, ChatFormat(tokenizer), cfg.max_len)
+            model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+            job = bar.add_task("sft train", total=cfg.steps, info="")
+            losses = train_sft(
+                model, examples, cfg, on_step=lambda s, v: bar.update(job, advance=1, info=f"loss {v:.3f}")
+            )
+        meta = {
+            "config": cfg.model_dump(),
+            "conversations": len(convs),
+            "examples": len(examples),
+            "assistant_tokens": sum(sum(e.mask) for e in examples),
+            "tokens": sum(len(e.ids) for e in examples),
+            "losses": losses,
+            "wall_s": round(time.monotonic() - t0, 1),
+            "params": sum(p.numel() for p in model.parameters()),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        }
+        return write_model(model, tokenizer, Path(out_dir), meta)
