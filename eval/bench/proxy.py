@@ -127,8 +127,10 @@ def _latency(server: Any, sessions: int, turns: int, words: int, marks: list[int
     return {
         f"turn_{m}": {
             "samples": len(b["rt"]),
+            "min_ms": round(min(b["rt"]), 3),
             "p50_ms": round(_pct(b["rt"], 0.5), 3),
             "p99_ms": round(_pct(b["rt"], 0.99), 3),
+            "server_min_ms": round(min(b["server"]), 3),
             "server_p50_ms": round(_pct(b["server"], 0.5), 3),
             "server_p99_ms": round(_pct(b["server"], 0.99), 3),
             "history_tokens": int(statistics.median(b["tokens"])),
@@ -290,6 +292,7 @@ def measure(
         "latency": latency,
         "ratio_turn_last_vs_turn_1_p50": round(tn / t1, 3),
         "ratio_turn_last_vs_turn_1_server_p50": round(server_ratio, 3),
+        "ratio_turn_last_vs_turn_1_min": round(latency[f"turn_{turns}"]["min_ms"] / latency["turn_1"]["min_ms"], 3),
         "ratio_turn_1_vs_healthz_p50": round(t1 / healthz, 3),
         "load": load,
         "end_to_end_tiny": _end_to_end(str(path), e2e_turns),
