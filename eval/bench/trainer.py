@@ -91,7 +91,7 @@ def _summary(xs: list[float]) -> dict[str, float]:
 def run_trl(model_path: Path, spec: dict[str, Any], prompts: list[list[dict[str, str]]]) -> dict[str, Any]:
     """``spec["steps"]`` GRPOTrainer steps (GSPO settings, see the module docstring)."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     b, g, mb = spec["prompts_per_step"], spec["group_size"], spec["micro_batch_size"]
@@ -166,6 +166,7 @@ def run_trl(model_path: Path, spec: dict[str, Any], prompts: list[list[dict[str,
             processing_class=tokenizer,
             callbacks=[Clock()],
         )
+        trainer.remove_callback(PrinterCallback)  # it prints log dicts to stdout, where our JSON goes
         generate = trainer._generate  # instrumentation: time TRL's generation share of each step
 
         def timed_generate(batch_prompts: list[Any]) -> Any:
