@@ -133,9 +133,13 @@ def to_chat_request(req: MessagesRequest) -> ChatRequest:
         messages.append({"role": "system", "content": text_of_parts(req.system, "system")})
     for i, m in enumerate(req.messages):
         where = f"messages[{i}]"
-        if m.role not in ("user", "assistant"):
-            raise ApiError(400, f"{where}: unknown role {m.role!r}; Anthropic messages take user or assistant")
-        if isinstance(m.content, str):
+        if m.role not in ("user", "assistant", "system"):
+            raise ApiError(
+                400, f"{where}: unknown role {m.role!r}; Anthropic messages take user, assistant (or system)"
+            )
+        if m.role == "system":  # Claude Code 2.x puts environment notes mid-conversation as a system turn
+            messages.append({"role": "system", "content": text_of_parts(m.content, where)})
+        elif isinstance(m.content, str):
             messages.append({"role": m.role, "content": m.content})
         elif m.role == "user":
             messages.extend(_user_blocks(m.content, where))

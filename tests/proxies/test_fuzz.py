@@ -71,7 +71,7 @@ def test_bad_openai_requests_get_400(server: ProxyServer, path: str, body: bytes
     [
         (b"{bad", "not valid JSON"),
         (b'{"max_tokens": 5}', "messages"),
-        (b'{"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}', "unknown role"),
+        (b'{"max_tokens": 5, "messages": [{"role": "wizard", "content": "x"}]}', "unknown role"),
         (
             b'{"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}',
             "images are unsupported",
