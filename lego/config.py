@@ -72,7 +72,12 @@ class ProxyConfig(_Section):
     served_model_name: str = "lego-policy"
     strict_sessions: bool = Field(False, description="Answer 404 for sessions that were not opened explicitly.")
     max_body_mb: float = Field(8.0, gt=0)
-    default_max_tokens: int = Field(512, ge=1)
+    default_max_tokens: int = Field(
+        4096,
+        ge=1,
+        description="Completion budget when a request names none (clamped to the room left in the context). "
+        "Harnesses that send no max_tokens (mini-swe-agent) otherwise get their answers cut mid-tool-call.",
+    )
 
 
 class SandboxConfig(_Section):
@@ -84,7 +89,12 @@ class SandboxConfig(_Section):
         description="Run agents without bubblewrap when it is missing. Only for trusted code on a disposable machine.",
     )
     cpu_seconds: int = Field(600, ge=1, description="RLIMIT_CPU per process.")
-    memory_mb: int = Field(4096, ge=64, description="RLIMIT_AS per process.")
+    memory_mb: int = Field(
+        16384,
+        ge=64,
+        description="RLIMIT_AS (address space) per process. JS runtimes (node, bun: opencode, claude-code, codex) "
+        "reserve several GB of address space up front, so a tight value fails them with 'Out of memory'.",
+    )
     max_processes: int = Field(256, ge=8, description="Most processes inside one sandbox.")
     command_timeout_s: float = Field(
         120.0, gt=0, description="Wall time of one exec() before its process group is killed."
