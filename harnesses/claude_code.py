@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
+from harnesses.base import InstalledHarness, json_lines, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
 from harnesses.intercept import Interceptor
 from lego.seams import Sandbox
@@ -71,7 +71,7 @@ class ClaudeCodeHarness(InstalledHarness):
         if self.interceptor is not None:
             self.env.update(self.interceptor.start(sandbox, endpoint))
 
-    def arguments(self, task: Task, endpoint: Endpoint) -> list[str]:
+    def arguments(self, task: Task, endpoint: Endpoint, max_turns: int) -> list[str]:
         return [
             "-p",
             task.problem_statement,
@@ -81,10 +81,20 @@ class ClaudeCodeHarness(InstalledHarness):
             "--dangerously-skip-permissions",
             "--model",
             endpoint.model,
+            "--max-turns",
+            str(max_turns),
         ]
 
     def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
         if not self.home:
             self.prepare(sandbox, endpoint)
-        res = self.launch(sandbox, [self.executable(), *self.arguments(task, endpoint)], limits.timeout_s)
-        return result_from_exec(res)
+        argv = [self.executable(), *self.arguments(task, endpoint, limits.max_turns)]
+        res = self.launch(sandbox, argv, limits.timeout_s)
+        result = result_from_exec(res)
+        final = [e for e in json_lines(res.stdout) if e.get("type") == "result"]
+        if final:
+            turns = final[-1].get("num_turns")
+            result.turns = turns if isinstance(turns, int) else 0
+            if final[-1].get("subtype") == "error_max_turns" and result.reason != "timeout":
+                result.reason = "max_turns"
+        return result

@@ -109,8 +109,8 @@ def test_claude_code_env_and_args() -> None:
     assert env["ANTHROPIC_API_KEY"] == "k-1" and env["CLAUDE_CONFIG_DIR"] == f"{HOME}/.claude"
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     assert {env[k] for k in env if k.endswith("_MODEL")} == {"pol"}
-    args = h.arguments(TASK, EP)
-    assert args[:2] == ["-p", "Fix the bug."]
+    args = h.arguments(TASK, EP, max_turns=5)
+    assert args[:2] == ["-p", "Fix the bug."] and args[-2:] == ["--max-turns", "5"]
     assert {"--dangerously-skip-permissions", "stream-json", "--verbose"} <= set(args)
 
 
