@@ -5,8 +5,10 @@ no engine, no clock; the server calls :meth:`SessionRecorder.prepare` before a g
 The algorithm (DESIGN.md "Faithful rollouts", rules 1-5):
 
 * A session holds *threads*, keyed by the conversation's first messages (the system prompt) and
-  the tools schema. The main thread is the one with the most generations; the others (subagents,
-  title generators, quota probes) are served the same way but never exported for training.
+  the tools schema; a request opening like an existing thread (same system prompt and first user
+  message) with changed tools continues it. The main thread is the one with the most generations;
+  the others (subagents, title generators, quota probes) are served the same way but never
+  exported for training.
 * A thread keeps the message snapshot ``S`` (the last request's messages plus the assistant
   message the proxy returned), the current segment's flat token list with a mask, logprobs and
   policy versions, and *boundaries*: for message counts ``j`` seen at a call, the token length and
@@ -75,6 +77,14 @@ def _system_text(messages: list[Message]) -> str:
             c = m.get("content")
             return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
         break
+    return ""
+
+
+def _first_user(messages: list[Message]) -> str:
+    for m in messages:
+        if m.get("role") == "user":
+            c = m.get("content")
+            return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
     return ""
 
 
@@ -168,6 +178,7 @@ class Thread:
     last_gen: tuple[int, int, int] | None = None  # (message index, first sampled token, end of sampled tokens)
     generations: int = 0
     order: int = 0
+    opening: tuple[str, str] = ("", "")  # (system prompt, first user message) of the current segment
 
 
 @dataclass
@@ -250,10 +261,26 @@ class SessionRecorder:
         return k
 
     # ------------------------------------------------------------------ prepare / commit
+    def resolve_thread(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
+        """The key of the thread a request belongs to.
+
+        Normally its :func:`thread_key`; but a request that opens like an existing thread (same
+        system prompt and first user message) with a changed tool set continues that thread
+        (harnesses that load tools lazily), as a new segment since the tools schema changed.
+        """
+        key = thread_key(messages, tools)
+        if key in self.threads:
+            return key
+        opening = (_system_text(messages), _first_user(messages))
+        for th in self.threads.values():
+            if th.opening == opening:
+                return th.key
+        return key
+
     def prepare(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> PreparedCall:
         """Build the engine prompt for ``messages``; changes nothing (see :meth:`commit`)."""
         tools = list(tools or [])
-        key = thread_key(messages, tools)
+        key = self.resolve_thread(messages, tools)
         th = self.threads.get(key) or Thread(key=key)
         k = self._matched_prefix(th, messages, tools)
         # Matched assistant turns are rendered as the proxy returned them (their tokens are spliced).
@@ -392,6 +419,7 @@ class SessionRecorder:
         th.gen_text = call.gen_text
         text_s = text_m + asst_text
         th.messages = snapshot
+        th.opening = (_system_text(snapshot), _first_user(snapshot))
         th.tools = call.tools
         th.text = text_s
         th.generated = {i: t for i, t in th.generated.items() if i < call.matched}

@@ -26,7 +26,7 @@ from lego.engines.base import Engine
 from lego.errors import ChatFormatError, ContextOverflowError, EngineError, EngineUnavailableError
 from lego.types import Generation, RequestContext, SamplingParams, TerminationLabel, Trajectory
 from proxies.errors import Api, ApiError
-from proxies.recorder import ChatTemplate, SessionRecorder, thread_key
+from proxies.recorder import ChatTemplate, SessionRecorder
 
 __all__ = ["ChatFormatLike", "ChatRequest", "ChatResult", "ProxyService", "Session"]
 
@@ -171,7 +171,7 @@ class ProxyService:
         t0 = time.perf_counter()
         s = self.session(session_id)
         rec = s.recorder
-        key = thread_key(req.messages, req.tools)
+        key = rec.resolve_thread(req.messages, req.tools)
         async with s.lock(key):
             main = rec.is_main(key)
             if main and s.max_turns is not None:

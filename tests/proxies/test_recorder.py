@@ -108,3 +108,17 @@ def test_history_truncated_to_an_earlier_boundary_reuses_its_tokens_in_a_new_seg
     # The kept prefix (through the first assistant turn) is the very same token ids.
     shared = len(chat_format.render(history[0][:3], TOOLS))
     assert new.input_ids[:shared] == first.input_ids[:shared]
+
+
+def test_tools_growing_mid_conversation_continue_the_thread_as_a_new_segment(chat_format: Any) -> None:
+    rec = SessionRecorder(chat_format)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "agent"}, {"role": "user", "content": "task"}]
+    _, msg = _turn(rec, chat_format, messages, "step 0<|im_end|>")
+    messages += [msg, {"role": "user", "content": "go on"}]
+    more_tools = [
+        *TOOLS,
+        {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
+    ]
+    call, _ = _turn(rec, chat_format, messages, "step 1<|im_end|>", tools=more_tools)
+    assert call.mode == "new_segment" and len(rec.threads) == 1
+    assert len(rec.segments()) == 2 and rec.counters["rewrites"] == 1 and rec.counters["side_calls"] == 0
