@@ -21,7 +21,10 @@ One :meth:`SingleTurnLoop.step`:
    :meth:`Trainer.step <lego.trainer.Trainer.step>` (recompute, fidelity gate, GSPO loss, AdamW);
 4. :func:`~lego.weight_sync.sync_weights` makes the engine serve the new weights.
 
-Sessions are closed after their trajectory is read, so a long run holds no growing state.
+Sessions are closed after their trajectory is read, so a long run holds no growing state. The
+HTTP client and its event loop live as long as the loop object (:meth:`SingleTurnLoop.close`, or
+use it as a context manager): building an ``httpx.AsyncClient`` loads the CA bundle for its SSL
+context, ~80 ms on a busy 2-core machine, which per step would be a few percent of a tiny-model step.
 """
 
 from __future__ import annotations
@@ -105,6 +108,21 @@ class SingleTurnLoop:
         self.temperature = trainer.algo.temperature if temperature is None else temperature
         self.timeout_s = timeout_s
         self.steps_done = 0
+        self._runner = asyncio.Runner()
+        self._client: httpx.AsyncClient | None = None
+
+    def close(self) -> None:
+        """Close the HTTP client and its event loop (the proxy, engine and trainer stay up)."""
+        if self._client is not None:
+            self._runner.run(self._client.aclose())
+            self._client = None
+        self._runner.close()
+
+    def __enter__(self) -> SingleTurnLoop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     async def _complete(self, client: httpx.AsyncClient, session_id: str, messages: Messages, seed: int) -> str:
         url = self.server.session_base_url(session_id) + "/chat/completions"
@@ -119,9 +137,11 @@ class SingleTurnLoop:
         return content if isinstance(content, str) else ""
 
     async def _rollouts(self, sessions: list[tuple[str, Messages, int]]) -> list[str]:
-        limits = httpx.Limits(max_connections=len(sessions), max_keepalive_connections=len(sessions))
-        async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as client:
-            return list(await asyncio.gather(*[self._complete(client, sid, m, seed) for sid, m, seed in sessions]))
+        if self._client is None:  # built on the runner's loop, reused by every step
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+            self._client = httpx.AsyncClient(timeout=self.timeout_s, limits=limits)
+        client = self._client
+        return list(await asyncio.gather(*[self._complete(client, sid, m, seed) for sid, m, seed in sessions]))
 
     def rollouts(self, prompts: Sequence[Messages]) -> tuple[list[Trajectory], list[str]]:
         """G completions of every prompt through the proxy; the recorded trajectories (rewarded)
@@ -136,7 +156,7 @@ class SingleTurnLoop:
                 )
                 sessions.append((sid, list(messages), (step * len(prompts) + p) * self.group_size + g))
         try:
-            texts = asyncio.run(self._rollouts(sessions))
+            texts = self._runner.run(self._rollouts(sessions))
             trajectories = []
             for (sid, _, _), text in zip(sessions, texts, strict=True):
                 traj = self.server.trajectory(sid)

@@ -233,6 +233,7 @@ def run_lego(
             steps.append(loop.step(prompts[k * b : (k + 1) * b]))
             items.extend(steps[-1].items)
     finally:
+        loop.close()
         server.stop()
     result = {
         "setup_s": round(setup_s, 3),

@@ -35,7 +35,8 @@ def loop(tiny_model_dir: Path) -> Iterator[SingleTurnLoop]:
     server = ProxyServer(engine, ChatFormat.from_pretrained(tiny_model_dir), ProxyConfig(port=0))
     server.start()
     try:
-        yield SingleTurnLoop(trainer, engine, server, _reward, group_size=G, max_tokens=MAX_TOKENS)
+        with SingleTurnLoop(trainer, engine, server, _reward, group_size=G, max_tokens=MAX_TOKENS) as loop:
+            yield loop
     finally:
         server.stop()
 
