@@ -430,7 +430,8 @@ class SessionRecorder:
         )
         seg.bounds[len(snapshot)] = (len(seg), len(text_s))
         th.last_gen = (len(call.messages), start, end)
-        th.generations += 1
+        if call.mode != "retry":  # a retry replaces a turn, it does not add one
+            th.generations += 1
 
         self.counters["calls"] += 1
         self.counters["prompt_tokens"] += len(call.prompt_ids)
