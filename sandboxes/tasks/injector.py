@@ -20,7 +20,6 @@ agent's repo lacks them and ``test_patch`` re-adds them. Results come from junit
 from __future__ import annotations
 
 import random
-import shutil
 import tempfile
 from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -240,7 +239,3 @@ def build_library(
     tasks = [_instance(lib, outcome, number, seed) for number, outcome in enumerate(accepted, start=1)]
     dropped["evaluated"] = evaluated
     return tasks, dropped
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
