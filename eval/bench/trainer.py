@@ -26,7 +26,11 @@ tensors built before the clock starts) over the same padded micro-batches; both 
 ``torch.no_grad``. Target: recompute ≥ 0.9× the bare forward's tokens/s.
 
 The machine may be noisy: ``--repeats`` runs both sides several times, alternating which goes
-first, and the JSON reports each repeat's ratio and their spread.
+first, and the JSON reports each repeat's ratio and their spread. ``phases_median_s`` splits a step
+into where the time went (lego: rollout / train, of which recompute / sync; TRL: generate / the
+rest), and ``projected_ratio_without_separate_recompute`` is the ratio lego's step would reach with
+π_old taken from the loss pass instead of a separate recompute (arithmetic on the measured phases,
+labelled as a projection).
 """
 
 from __future__ import annotations
@@ -364,8 +368,22 @@ def measure(
         pair["ratio"] = round(lego_s / trl_s, 3)
         runs.append(pair)
     ratios = [p["ratio"] for p in runs]
-    lego_all = [x for p in runs for x in _steady(p["lego"]["step_s"], warmup_steps)]
-    trl_all = [x for p in runs for x in _steady(p["trl"]["step_s"], warmup_steps)]
+
+    def pooled(side: str, key: str) -> list[float]:
+        return [x for p in runs for x in _steady(p[side][key], warmup_steps)]
+
+    lego_all, trl_all = pooled("lego", "step_s"), pooled("trl", "step_s")
+    trl_update = [s - g for s, g in zip(trl_all, pooled("trl", "generate_s"), strict=True)]
+    # What lego's step would take without its separate no-grad recompute pass (a projection, not a run).
+    fused = [s - r for s, r in zip(lego_all, pooled("lego", "recompute_s"), strict=True)]
+    phases = {
+        "lego_rollout_s": statistics.median(pooled("lego", "rollout_s")),
+        "trl_generate_s": statistics.median(pooled("trl", "generate_s")),
+        "lego_train_s": statistics.median(pooled("lego", "train_s")),
+        "lego_recompute_s": statistics.median(pooled("lego", "recompute_s")),
+        "lego_sync_s": statistics.median(pooled("lego", "sync_s")),
+        "trl_update_s": statistics.median(trl_update),
+    }
     ratio = statistics.median(ratios)
     return {
         "bench": "trainer",
@@ -381,6 +399,9 @@ def measure(
         "step_time_ratio_spread": {"min": min(ratios), "max": max(ratios), "per_repeat": ratios},
         "step_target_ratio": STEP_TARGET,
         "step_meets_target": ratio <= STEP_TARGET,
+        "phases_median_s": {k: round(v, 4) for k, v in phases.items()},
+        "rollout_vs_generate_ratio": round(phases["lego_rollout_s"] / phases["trl_generate_s"], 3),
+        "projected_ratio_without_separate_recompute": round(statistics.median(fused) / statistics.median(trl_all), 3),
         "recompute": recompute,
         "differences": DIFFERENCES,
         "runs": runs,
