@@ -35,23 +35,3 @@ def run_one(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> 
         sandbox.close()
     graded = grade(task, diff, cfg=SandboxConfig())
     return {"result": result, "grade": graded, "trajectory": proxy.trajectory(sid), "version": harness.version()}
-
-
-def proxy_takes_mid_conversation_system() -> bool:
-    """Whether the proxy's Anthropic route accepts a ``system`` message inside ``messages``, which
-    Claude Code 2.1.x sends (captured in fixtures/claude_code_2.1.332_first_request.json)."""
-    from proxies.anthropic_messages import MessagesRequest, to_chat_request
-    from proxies.errors import ApiError
-
-    req = MessagesRequest.model_validate(
-        {
-            "model": "m",
-            "max_tokens": 8,
-            "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "# Environment"}],
-        }
-    )
-    try:
-        to_chat_request(req)
-    except ApiError:
-        return False
-    return True

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 import pytest
-from rollout_helpers import proxy_takes_mid_conversation_system, run_one
+from rollout_helpers import run_one
 
 from harnesses.claude_code import ClaudeCodeHarness
 from harnesses.codex import CodexHarness
@@ -28,20 +28,7 @@ def test_interceptor_environment_names_the_proxy_and_the_ca() -> None:
     assert "api.openai.com" in PROVIDER_HOSTS and "LEGO_INTERCEPT_TARGET" in ADDON
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "codex",
-        pytest.param(
-            "claude-code",
-            marks=pytest.mark.xfail(
-                not proxy_takes_mid_conversation_system(),
-                reason="the proxy answers 400 to the system message Claude Code 2.1.x puts inside `messages`",
-                strict=True,
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("name", ["codex", "claude-code"])
 def test_a_harness_without_its_base_url_is_routed_to_the_session(name: str, task: Task, proxy: Any) -> None:
     for needed in (name, "mitmproxy"):
         if installed(needed) is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rollout_helpers import proxy_takes_mid_conversation_system, run_one
+from rollout_helpers import run_one
 
 from harnesses.base import get_harness
 from harnesses.install import installed
@@ -24,12 +24,6 @@ from lego.types import Endpoint, HarnessLimits, Task
 
 pytestmark = pytest.mark.harness
 
-CLAUDE_NEEDS_PROXY_FIX = pytest.mark.xfail(
-    not proxy_takes_mid_conversation_system(),
-    reason="the proxy answers 400 to the system message Claude Code 2.1.x puts inside `messages`",
-    strict=True,
-)
-
 # openhands installs in over two minutes (pip resolves ~150 packages), so it runs with -m slow_harness.
 HARNESS_NAMES = [
     "lego-agent",
@@ -37,7 +31,7 @@ HARNESS_NAMES = [
     "aider",
     pytest.param("openhands", marks=pytest.mark.slow_harness),
     "opencode",
-    pytest.param("claude-code", marks=CLAUDE_NEEDS_PROXY_FIX),
+    "claude-code",
     "codex",
 ]
 
