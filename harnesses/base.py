@@ -11,14 +11,15 @@ binds read-only at the same path.
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from harnesses.install import InstallSpec, installed_version
-from lego.errors import HarnessError
+from lego.errors import ConfigError, HarnessError
 from lego.registry import Registry
 from lego.seams import Harness, Sandbox
 from lego.types import ExecResult, HarnessResult, TerminationLabel
@@ -51,9 +52,18 @@ HARNESSES = Registry(
 LOG_TAIL_CHARS = 6000
 
 
-def get_harness(name: str) -> Harness:
-    """Build the adapter registered as ``name`` (or a ``module:Class`` path)."""
-    harness = HARNESSES.resolve(name)()
+def get_harness(name: str, **options: Any) -> Harness:
+    """Build the adapter registered as ``name`` (or a ``module:Class`` path) with its constructor
+    ``options`` (``harness.options.<name>`` in the config, e.g. ``max_tokens`` for lego-agent)."""
+    cls = HARNESSES.resolve(name)
+    try:
+        harness = cls(**options)
+    except TypeError as exc:
+        params = [p for p in inspect.signature(cls).parameters if p != "self"]
+        raise ConfigError(
+            f"harness.options.{name} = {options} does not fit {cls.__name__}: {exc}; "
+            f"valid options: {', '.join(params) or 'none'}"
+        ) from exc
     if not isinstance(harness, Harness):
         raise HarnessError(f"{name!r} does not implement the Harness protocol (name, version, prepare, run)")
     return harness

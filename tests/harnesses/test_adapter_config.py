@@ -44,6 +44,13 @@ def test_unknown_harness_lists_the_valid_names() -> None:
         get_harness("nope")
 
 
+def test_harness_options_reach_the_constructor_and_bad_ones_name_the_valid_ones() -> None:
+    opencode = get_harness("opencode", max_output_tokens=99)
+    assert isinstance(opencode, OpenCodeHarness) and opencode.max_output_tokens == 99
+    with pytest.raises(ConfigError, match="valid options: python, temperature, max_tokens"):
+        get_harness("lego-agent", temprature=0.5)
+
+
 def test_pinned_specs_install_under_the_data_dir(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LEGO_DATA_DIR", str(tmp_path))
     for name in ("aider", "claude-code", "codex", "mini-swe-agent", "opencode", "openhands"):
