@@ -97,3 +97,17 @@ def test_unreachable_server_ends_with_error_status(tmp_path: Path, capsys) -> No
     assert Agent(args).run("p") == 1
     status = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert status == {"lego_agent": "error", "turns": 0, "format_version": 1}
+
+
+# The sha256 of lego-agent's prompts and tool schemas at FORMAT_VERSION 1. Trajectories of this
+# exact format are fine-tuning data: changing any of them must bump FORMAT_VERSION and this pin.
+FORMAT_1_SHA256 = "1fb3590ef0d0029bdf948fa816b1df7f10316cc88ff6f9cae2142813eb3262b3"
+
+
+def test_message_format_is_pinned_to_its_version() -> None:
+    import hashlib
+
+    from harnesses.lego_agent.agent import FORMAT_VERSION, SYSTEM_PROMPT, TASK_TEMPLATE, TOOLS
+
+    blob = json.dumps([SYSTEM_PROMPT, TASK_TEMPLATE, NO_TOOL_CALL_FEEDBACK, TOOLS], sort_keys=True).encode()
+    assert (FORMAT_VERSION, hashlib.sha256(blob).hexdigest()) == (1, FORMAT_1_SHA256)
