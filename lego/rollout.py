@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harnesses.base import HARNESSES
+from harnesses.base import get_harness
 from lego.config import EngineConfig, LegoConfig, ProxyConfig
 from lego.engines import build_engine
 from lego.engines.base import Engine
-from lego.errors import ConfigError, LegoError
+from lego.errors import LegoError
 from lego.models.chat import ChatFormat
 from lego.models.tiny import resolve_model
 from lego.seams import Harness
@@ -124,14 +124,7 @@ class RolloutRunner:
     def harness(self, name: str) -> Harness:
         """The adapter for ``name``, built with its ``harness.options[name]`` settings."""
         if name not in self._harnesses:
-            options = self.cfg.harness.options.get(name, {})
-            try:
-                harness = HARNESSES.resolve(name)(**options)
-            except TypeError as exc:
-                raise ConfigError(f"harness.options.{name} = {options} does not fit the {name} adapter: {exc}") from exc
-            if not isinstance(harness, Harness):
-                raise ConfigError(f"{name!r} does not implement the Harness protocol (name, version, prepare, run)")
-            self._harnesses[name] = harness
+            self._harnesses[name] = get_harness(name, **self.cfg.harness.options.get(name, {}))
         return self._harnesses[name]
 
     def run(self, task: Task, harness_name: str, opts: RolloutOptions) -> Trajectory:
