@@ -79,7 +79,9 @@ def test_materialised_repo_matches_base_commit(records: list[Task], isolated_cac
     assert repo.parent == isolated_cache / "tasks"
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
     assert head.stdout.strip() == task.base_commit
-    count = subprocess.run(["git", "rev-list", "--all", "--count"], cwd=repo, capture_output=True, text=True, check=True)
+    count = subprocess.run(
+        ["git", "rev-list", "--all", "--count"], cwd=repo, capture_output=True, text=True, check=True
+    )
     assert count.stdout.strip() == "1"
     for hidden in task.metadata["hidden_tests"]:
         assert not (repo / hidden).exists()
