@@ -87,8 +87,37 @@ def _called_api(func: ast.FunctionDef, library_names: set[str]) -> list[str]:
     return used + methods[:2]
 
 
+def _observed(func: ast.FunctionDef, test_source: str, message: str) -> str:
+    """``call(...)`` gives X, expected Y — when the test has one ``assert CALL == EXPECTED`` and
+    pytest's message shows the value the call produced."""
+    checks = [
+        n.test
+        for n in ast.walk(func)
+        if isinstance(n, ast.Assert)
+        and isinstance(n.test, ast.Compare)
+        and len(n.test.ops) == 1
+        and isinstance(n.test.ops[0], ast.Eq)
+    ]
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    match = re.fullmatch(r"(?:AssertionError: )?assert (.+) == (.+)", first)
+    if len(checks) != 1 or match is None or first.count(" == ") != 1:
+        return ""
+    check = checks[0]
+    if not isinstance(check.left, ast.Call):
+        return ""
+    call = ast.get_source_segment(test_source, check.left) or ""
+    expected = ast.get_source_segment(test_source, check.comparators[0]) or ""
+    if not call or not expected or "\n" in call or len(call) > 120:
+        return ""
+    return f"`{call}` gives `{match.group(1)}`, expected `{expected}`."
+
+
 def _clean_message(message: str) -> str:
-    lines = [line.rstrip()[:200] for line in message.strip().splitlines() if line.strip()]
+    lines = [
+        line.rstrip()[:200]
+        for line in message.strip().splitlines()
+        if line.strip() and not line.strip().startswith("Use -v to get")
+    ]
     kept = lines[:_MAX_MESSAGE_LINES]
     if len(lines) > len(kept):
         kept.append("...")
@@ -148,6 +177,7 @@ def problem_statement(
     snippet = _snippet(source, func) if func is not None else ""
     api = _called_api(func, _library_names(source, package)) if func is not None else []
     message = _clean_message(messages.get(primary, ""))
+    observed = _observed(func, source, message) if func is not None else ""
     subject = f"`{api[0]}`" if api else f"`{package}`"
 
     def compose(include_snippet: bool) -> str:
@@ -159,6 +189,8 @@ def problem_statement(
         if include_snippet and snippet:
             parts += ["This check from the test suite fails:", "", "```python", snippet, "```", ""]
         parts += [f"Running `{primary}` gives:", "", "```", message or "(no message)", "```", ""]
+        if observed:
+            parts += [observed, ""]
         parts.append("Expected: the check passes, as it did in earlier releases.")
         others = [t for t in ordered[1:] if t in messages][:3]
         if others:

@@ -241,3 +241,19 @@ def test_flaky_tests_are_detected_and_excluded(tmp_path: Path):
     assert baseline.flaky == {"tests/test_flaky.py::test_alternates"}
     assert "tests/test_flaky.py::test_alternates" not in baseline.stable_passing
     assert "tests/test_stats.py::test_mean" in baseline.stable_passing
+
+
+def test_statement_states_observed_and_expected_values():
+    test_source = "from mini import clamp\n\n\ndef test_clamp_high():\n    assert clamp(42, 0, 10) == 10\n"
+    message = "AssertionError: assert 42 == 10\n +  where 42 = clamp(42, 0, 10)\nUse -v to get more diff"
+    text = problem_statement(
+        "mini",
+        ["tests/test_clamp.py::test_clamp_high"],
+        {"tests/test_clamp.py::test_clamp_high": message},
+        {"tests/test_clamp.py": test_source},
+        "",
+        focus=["clamp"],
+    )
+    assert text.startswith("`clamp` returns a wrong result")
+    assert "`clamp(42, 0, 10)` gives `42`, expected `10`." in text
+    assert "Use -v" not in text
