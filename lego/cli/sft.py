@@ -22,7 +22,14 @@ __all__ = ["sft"]
 @click.option("--batch", default=4, show_default=True, help="Conversations per step.")
 @click.option("--lr", default=2e-3, show_default=True, help="Peak learning rate (warmup, then cosine to 10%).")
 @click.option("--max-len", default=2048, show_default=True, help="Tokens kept per conversation.")
-@click.option("--threads", default=0, show_default=True, help="torch CPU threads (0: torch's default).")
+@click.option("--threads", default=1, show_default=True, help="torch CPU threads (0: torch's default).")
+@click.option(
+    "--data",
+    "data_in",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Train on these conversations (JSONL from --data-out) instead of generating them.",
+)
 @click.option("--data-out", type=click.Path(path_type=Path), default=None, help="Also write the conversations (JSONL).")
 def sft(
     out_dir: Path,
@@ -37,6 +44,7 @@ def sft(
     max_len: int,
     threads: int,
     data_out: Path | None,
+    data_in: Path | None,
 ) -> None:
     """Fine-tune a policy on lego-agent conversations that fix built-in tasks (loss on assistant tokens).
 
@@ -59,5 +67,5 @@ def sft(
         max_len=max_len,
         threads=threads,
     )
-    path = run_sft(cfg, out_dir, data_out=data_out)
+    path = run_sft(cfg, out_dir, data_out=data_out, data_in=data_in)
     click.echo(str(path))
