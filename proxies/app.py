@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -116,9 +117,14 @@ def build_app(service: ProxyService) -> Starlette:
 
     def endpoint(api: Api, fn: Callable[[Request], Awaitable[Response]]) -> Handler:
         async def handler(request: Request) -> Response:
+            cpu0 = time.process_time()
             try:
                 check_auth(request)
-                return await fn(request)
+                response = await fn(request)
+                # CPU the proxy process spent while handling this request (concurrent requests
+                # included): a cost figure that a busy machine's preemption does not inflate.
+                response.headers["x-lego-cpu-ms"] = f"{(time.process_time() - cpu0) * 1000:.3f}"
+                return response
             except ApiError as err:
                 return _error_response(api, err)
             except _ClientGone:

@@ -6,7 +6,9 @@
   ~470-token tool result); latencies are collected around turns 1, 32 and 128 (~64k tokens of
   history by turn 128). Figures: client round trip minus engine time, and the server-side share
   (``x-lego-proxy-ms``: recorder + bookkeeping). Baseline: a bare ``GET /healthz`` round trip. The
-  key ratio is turn-128 / turn-1 latency: per-turn cost must be O(new messages), target <= 2.
+  key ratio is turn-128 / turn-1: per-turn cost must be O(new messages), target <= 2. It is given
+  on wall time (p50) and on the proxy process's CPU time per request (``x-lego-cpu-ms``), which a
+  busy shared machine does not inflate.
 * Load: 64 concurrent sessions for 60 s against the same proxy; errors must be zero; requests/s.
 * End to end: a short conversation served by the tiny model itself (transformers engine), with
   the proxy's share of each request.
@@ -104,7 +106,9 @@ class _Driver:
 
 
 def _latency(server: Any, sessions: int, turns: int, words: int, marks: list[int], window: int) -> dict[str, Any]:
-    buckets: dict[int, dict[str, list[float]]] = {m: {"rt": [], "server": [], "tokens": []} for m in marks}
+    """Per-turn figures. ``server_cpu_*`` is the proxy process's CPU time per request (``x-lego-cpu-ms``): unlike
+    wall time it does not grow when other work on a shared machine preempts the proxy."""
+    buckets: dict[int, dict[str, list[float]]] = {m: {"rt": [], "server": [], "tokens": [], "cpu": []} for m in marks}
     with httpx.Client(timeout=60) as client:
         warm = _Driver(client, server.session_base_url("warmup") + "/chat/completions", -1, words)
         for _ in range(8):
@@ -123,6 +127,7 @@ def _latency(server: Any, sessions: int, turns: int, words: int, marks: list[int
                         buckets[m]["rt"].append((rt * 1000) - float(r.headers["x-lego-engine-ms"]))
                         buckets[m]["server"].append(float(r.headers["x-lego-proxy-ms"]))
                         buckets[m]["tokens"].append(data["usage"]["prompt_tokens"])
+                        buckets[m]["cpu"].append(float(r.headers["x-lego-cpu-ms"]))
                 d.absorb(data)
     return {
         f"turn_{m}": {
@@ -133,6 +138,8 @@ def _latency(server: Any, sessions: int, turns: int, words: int, marks: list[int
             "server_min_ms": round(min(b["server"]), 3),
             "server_p50_ms": round(_pct(b["server"], 0.5), 3),
             "server_p99_ms": round(_pct(b["server"], 0.99), 3),
+            "server_cpu_p50_ms": round(_pct(b["cpu"], 0.5), 3),
+            "server_cpu_mean_ms": round(statistics.fmean(b["cpu"]), 3),
             "history_tokens": int(statistics.median(b["tokens"])),
         }
         for m, b in buckets.items()
@@ -285,6 +292,8 @@ def measure(
         child.join(30)
     t1, tn = latency["turn_1"]["p50_ms"], latency[f"turn_{turns}"]["p50_ms"]
     server_ratio = latency[f"turn_{turns}"]["server_p50_ms"] / latency["turn_1"]["server_p50_ms"]
+    cpu_1 = latency["turn_1"]["server_cpu_mean_ms"]
+    cpu_ratio = latency[f"turn_{turns}"]["server_cpu_mean_ms"] / cpu_1 if cpu_1 else float("nan")
     return {
         "bench": "proxy",
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
@@ -293,10 +302,15 @@ def measure(
         "ratio_turn_last_vs_turn_1_p50": round(tn / t1, 3),
         "ratio_turn_last_vs_turn_1_server_p50": round(server_ratio, 3),
         "ratio_turn_last_vs_turn_1_min": round(latency[f"turn_{turns}"]["min_ms"] / latency["turn_1"]["min_ms"], 3),
+        "ratio_turn_last_vs_turn_1_server_cpu_mean": round(cpu_ratio, 3),
         "ratio_turn_1_vs_healthz_p50": round(t1 / healthz, 3),
         "load": load,
         "end_to_end_tiny": _end_to_end(str(path), e2e_turns),
-        "targets": {"turn_ratio_le_2": tn / t1 <= 2.0, "load_zero_errors": load["errors"] == 0},
+        "targets": {
+            "turn_ratio_le_2_wall_p50": tn / t1 <= 2.0,
+            "turn_ratio_le_2_server_cpu": cpu_ratio <= 2.0,
+            "load_zero_errors": load["errors"] == 0,
+        },
     }
 
 
