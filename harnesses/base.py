@@ -2,7 +2,9 @@
 turning how it ended into a :class:`~lego.types.HarnessResult`.
 
 An adapter implements :class:`lego.seams.Harness` (``name``, ``version()``, ``prepare``, ``run``)
-and ``ro_binds()``: the host paths whoever creates the sandbox must bind read-only for it.
+and ``ro_binds()``: the host paths whoever creates the sandbox must bind read-only for it. Adapters
+of installed harnesses also say ``min_memory_mb``: the sandbox's per-process address-space limit
+must be at least that (Bun-built CLIs reserve several GB of virtual memory at start).
 It only writes environment variables and config files and launches the harness's own CLI or SDK
 entry point inside the sandbox; it never patches the harness. Installs live under
 ``lego.paths.data_dir()/harnesses/<name>/`` (see :mod:`harnesses.install`), which the sandbox
@@ -117,6 +119,8 @@ class InstalledHarness:
 
     name: ClassVar[str]
     install_spec: ClassVar[InstallSpec]
+    min_memory_mb: ClassVar[int] = 0
+    """Least per-process address space (RLIMIT_AS) the harness runs under; 0: the sandbox default."""
 
     def __init__(self) -> None:
         self.env: dict[str, str] = {}

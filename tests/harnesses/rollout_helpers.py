@@ -20,7 +20,9 @@ def run_one(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> 
 
     sid = f"{harness.name}-{uuid.uuid4().hex[:8]}"
     proxy.open_session(sid, metadata={"gold_patch": task.patch, "task_id": task.instance_id})
-    cfg = SandboxConfig(memory_mb=16384, command_timeout_s=limits.timeout_s)
+    default = SandboxConfig()
+    memory_mb = max(default.memory_mb, getattr(harness, "min_memory_mb", 0))
+    cfg = SandboxConfig(memory_mb=memory_mb, command_timeout_s=limits.timeout_s)
     binds = harness.ro_binds() if hasattr(harness, "ro_binds") else []
     sandbox = LocalSandbox(task, cfg, proxy_uds=Path(proxy.uds), ro_binds=binds)
     try:

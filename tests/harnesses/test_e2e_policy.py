@@ -59,7 +59,8 @@ def rollout(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> 
     sid = f"{harness.name}-{uuid.uuid4().hex[:8]}"
     proxy.open_session(sid, training=True, temperature=1.0)
     binds = harness.ro_binds() if hasattr(harness, "ro_binds") else []
-    sandbox = LocalSandbox(task, SandboxConfig(memory_mb=16384), proxy_uds=Path(proxy.uds), ro_binds=binds)
+    memory_mb = max(SandboxConfig().memory_mb, getattr(harness, "min_memory_mb", 0))
+    sandbox = LocalSandbox(task, SandboxConfig(memory_mb=memory_mb), proxy_uds=Path(proxy.uds), ro_binds=binds)
     try:
         root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
         endpoint = Endpoint(base_url=f"{root}/v1", anthropic_base_url=root, session_id=sid)
