@@ -19,10 +19,12 @@ import importlib
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from eval.report import markdown, render, render_dir
-from eval.results import EvalSpec, PolicySpec, read_checkpoint_meta
-from eval.runner import SampleFnFactory, run_eval
+from eval.results import EvalSpec, PolicySpec, SampleResult, read_checkpoint_meta
+from eval.runner import SampleFnFactory, collect_samples, run_eval
 from lego.errors import ConfigError, TaskError
 from lego.types import Task
 from sandboxes.tasks.sources import BuiltinSource, load_source
@@ -30,7 +32,6 @@ from sandboxes.tasks.sources import BuiltinSource, load_source
 __all__ = ["DEFAULT_SAMPLE_FN", "eval_group", "load_tasks", "parse_policies"]
 
 DEFAULT_SAMPLE_FN = "lego.rollout:eval_sample_fn"
-
 
 
 def parse_policies(values: tuple[str, ...], bases: tuple[str, ...]) -> list[PolicySpec]:
@@ -177,21 +178,30 @@ def eval_group(
     )
     run_sample = _load_factory(sample_fn)(spec, {t.instance_id: t for t in tasks}, Path(out_dir))
     total = len(spec.keys())
-    count = [0]
-
-    def progress(result: object) -> None:
-        count[0] += 1
-        if count[0] % max(1, total // 20) == 0:
-            click.echo(f"  {count[0]} new samples done", err=True)
-
     click.echo(
         f"eval: {len(spec.policies)} policies x {len(spec.harnesses)} harnesses x {len(tasks)} tasks "
         f"x {samples} samples = {total} samples -> {out_dir}",
         err=True,
     )
-    results = run_eval(
-        spec, run_sample, out_dir, concurrency=concurrency, infra_retries=infra_retries, on_sample=progress
+    columns = (
+        TextColumn("eval"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
     )
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        done_before = len(collect_samples(out_dir, spec)) if Path(out_dir, "spec.json").exists() else 0
+        tid = bar.add_task("samples", total=total, completed=done_before, last="")
+
+        def progress(result: SampleResult) -> None:
+            k = result.key
+            last = f"{k.policy}/{k.harness}/{k.task_id}#{k.sample}: {'pass' if result.passed else result.termination}"
+            bar.update(tid, advance=1, last=last)
+
+        results = run_eval(
+            spec, run_sample, out_dir, concurrency=concurrency, infra_retries=infra_retries, on_sample=progress
+        )
     html = render(results, out_dir)
     click.echo(markdown(results))
     click.echo(f"report: {html}", err=True)
