@@ -110,6 +110,7 @@ def run_bench(
     from rich.console import Console
 
     from eval.cli import load_tasks
+    from lego.checkpoint import load_latest
     from lego.config import load_config
     from lego.io import read_jsonl
     from lego.train import train
@@ -160,9 +161,9 @@ def run_bench(
     run_root = Path(cfg.training.out_dir)
     steps = read_jsonl(run_root / "metrics.jsonl") if (run_root / "metrics.jsonl").is_file() else []
     report["steps"] = len(steps)
-    latest = run_root / "checkpoints" / "latest"
-    if steps and latest.exists():
-        ckpt = str(latest.resolve())
+    latest = load_latest(run_root)
+    if steps and latest is not None:
+        ckpt = str(latest)
         console.print(f"[3/3] held-out pass@1 after {len(steps)} steps ({ckpt})")
         t_after = time.monotonic()
         after = _evaluate(cfg, {"start": start_model, "trained": ckpt}, tasks, out / "eval", samples, seed)

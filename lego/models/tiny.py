@@ -6,8 +6,11 @@ generation_config.json), so every loader treats it exactly like a real checkpoin
 Qwen3-0.6B. The weights are random (seeded): the model is for exercising the whole pipeline on a
 CPU, not for solving tasks. Same seed, same bytes.
 
-``resolve_model(name_or_path)`` is the one place that decides what a model name means;
-``"default"`` builds the tiny model once into the user cache.
+``resolve_model(name_or_path)`` is the one place that decides what a model name means:
+``"default"`` is the embedded default policy -- the warm-started checkpoint shipped in
+``lego/models/warm/`` (the tiny architecture after ``lego sft``; its ``lego_sft.json`` holds the
+command that reproduces it), copied once into the user cache; without a shipped checkpoint it
+falls back to the random-weight tiny model. ``"tiny"`` is always the random-weight tiny model.
 """
 
 from __future__ import annotations
@@ -136,13 +139,44 @@ def _build_default(target: Path) -> None:
                 shutil.rmtree(tmp)
 
 
+WARM_DIR = Path(__file__).parent / "warm"
+"""The shipped warm start (written by ``lego sft``; see ``lego_sft.json`` inside for how)."""
+
+
+def _install_warm(target: Path) -> None:
+    """Copy the shipped warm start into the cache (temp sibling + rename, under a lock)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _is_complete(target):
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            shutil.copytree(WARM_DIR, tmp, dirs_exist_ok=True)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(tmp)
+
+
 def resolve_model(name_or_path: str | Path) -> Path:
     """Turn a model name or path into a local HF model directory.
 
-    ``"default"`` is the embedded default policy (built once into ``cache_dir()/models``); any
-    other value must be a directory holding an HF checkpoint (config.json plus weights).
+    ``"default"`` is the embedded default policy: the shipped warm start when present, else the
+    random tiny model (either placed once into ``cache_dir()/models``); ``"tiny"`` is the random
+    tiny model; any other value must be a directory holding an HF checkpoint (config.json plus
+    weights).
     """
-    if str(name_or_path) == "default":
+    if str(name_or_path) == "default" and _is_complete(WARM_DIR) and (WARM_DIR / "lego_sft.json").is_file():
+        digest = hashlib.sha256((WARM_DIR / "model.safetensors").read_bytes())
+        digest.update((WARM_DIR / "lego_sft.json").read_bytes())
+        target = cache_dir() / "models" / f"warm-{digest.hexdigest()[:12]}"
+        if not _is_complete(target):
+            _install_warm(target)
+        return target
+    if str(name_or_path) in ("default", "tiny"):
         target = cache_dir() / "models" / f"tiny-{_default_key(0)}"
         if not _is_complete(target):
             _build_default(target)
@@ -151,7 +185,8 @@ def resolve_model(name_or_path: str | Path) -> Path:
     if not path.is_dir():
         raise ModelError(
             f"model {str(name_or_path)!r} is not a directory; pass an HF model directory "
-            "(e.g. one made by `lego models build-tiny DIR`) or 'default' for the embedded default"
+            "(e.g. one made by `lego models build-tiny DIR`), 'default' for the embedded default "
+            "or 'tiny' for the random-weight tiny model"
         )
     if not (path / "config.json").is_file():
         raise ModelError(f"{path} has no config.json; it is not a Hugging Face model directory")
