@@ -186,5 +186,13 @@ class SingleTurnLoop:
             items=items,
             metrics=metrics,
             policy_version=version,
-            timings={"rollout_s": t1 - t0, "train_s": t2 - t1, "sync_s": t3 - t2, "step_s": t3 - t0},
+            timings={
+                "rollout_s": t1 - t0,
+                # the longest engine wait of any request (they run concurrently); the rest of
+                # rollout_s is HTTP, the proxy (template, recorder) and session bookkeeping
+                "rollout_engine_s": max(t.counters.get("engine_time_s", 0.0) for t in trajectories),
+                "train_s": t2 - t1,
+                "sync_s": t3 - t2,
+                "step_s": t3 - t0,
+            },
         )

@@ -243,6 +243,7 @@ def run_lego(
         "setup_s": round(setup_s, 3),
         "step_s": [round(s.timings["step_s"], 4) for s in steps],
         "rollout_s": [round(s.timings["rollout_s"], 4) for s in steps],
+        "rollout_engine_s": [round(s.timings["rollout_engine_s"], 4) for s in steps],
         "train_s": [round(s.timings["train_s"], 4) for s in steps],
         "recompute_s": [round(s.metrics["perf/recompute_s"], 4) for s in steps],
         "sync_s": [round(s.timings["sync_s"], 4) for s in steps],
@@ -378,6 +379,7 @@ def measure(
     fused = [s - r for s, r in zip(lego_all, pooled("lego", "recompute_s"), strict=True)]
     phases = {
         "lego_rollout_s": statistics.median(pooled("lego", "rollout_s")),
+        "lego_rollout_engine_s": statistics.median(pooled("lego", "rollout_engine_s")),
         "trl_generate_s": statistics.median(pooled("trl", "generate_s")),
         "lego_train_s": statistics.median(pooled("lego", "train_s")),
         "lego_recompute_s": statistics.median(pooled("lego", "recompute_s")),

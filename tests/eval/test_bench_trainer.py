@@ -50,7 +50,7 @@ def test_json_reports_both_figures_beside_their_baselines(bench_json: tuple[dict
     assert rec["meets_target"] == (rec["ratio"] >= rec["target_ratio"])
     assert data["differences"], "the JSON must say where the two runs differ"
     phases = data["phases_median_s"]
-    assert set(phases) == {"lego_rollout_s", "trl_generate_s", "lego_train_s", "lego_recompute_s", "lego_sync_s",
+    assert set(phases) == {"lego_rollout_s", "lego_rollout_engine_s", "trl_generate_s", "lego_train_s", "lego_recompute_s", "lego_sync_s",
                            "trl_update_s"}  # fmt: skip
     assert 0 < phases["lego_recompute_s"] < phases["lego_train_s"]
     assert data["projected_ratio_without_separate_recompute"] < data["step_time_ratio"] * 1.01

@@ -75,7 +75,8 @@ def test_step_records_every_completion_and_updates_the_served_policy(
     served = loop.engine.model.state_dict()  # type: ignore[attr-defined]
     assert all(torch.equal(served[k], after[k]) for k in after), "the engine does not serve the trained weights"
     assert not loop.server.service.sessions, "sessions must be closed after their trajectory is read"
-    assert set(result.timings) == {"rollout_s", "train_s", "sync_s", "step_s"}
+    assert set(result.timings) == {"rollout_s", "rollout_engine_s", "train_s", "sync_s", "step_s"}
+    assert 0 < result.timings["rollout_engine_s"] < result.timings["rollout_s"]
 
 
 def test_second_step_samples_from_the_synced_policy(loop: SingleTurnLoop) -> None:
