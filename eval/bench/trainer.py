@@ -26,7 +26,9 @@ tensors built before the clock starts) over the same padded micro-batches; both 
 ``torch.no_grad``. Target: recompute ≥ 0.9× the bare forward's tokens/s.
 
 The machine may be noisy: ``--repeats`` runs both sides several times, alternating which goes
-first, and the JSON reports each repeat's ratio and their spread. ``phases_median_s`` splits a step
+first. ``step_time_ratio`` is the median over repeats of (lego's median step / TRL's median step),
+with each repeat's ratio and their spread beside it; ``step_time_ratio_pooled`` divides the
+medians of all steady steps pooled over repeats. ``phases_median_s`` splits a step
 into where the time went (lego: rollout / train, of which recompute / sync; TRL: generate / the
 rest), and ``projected_ratio_without_separate_recompute`` is the ratio lego's step would reach with
 π_old taken from the loss pass instead of a separate recompute (arithmetic on the measured phases,
@@ -399,6 +401,7 @@ def measure(
         "trl_step_s": _summary(trl_all),
         "step_time_ratio": round(ratio, 3),
         "step_time_ratio_spread": {"min": min(ratios), "max": max(ratios), "per_repeat": ratios},
+        "step_time_ratio_pooled": round(statistics.median(lego_all) / statistics.median(trl_all), 3),
         "step_target_ratio": STEP_TARGET,
         "step_meets_target": ratio <= STEP_TARGET,
         "phases_median_s": {k: round(v, 4) for k, v in phases.items()},
