@@ -22,6 +22,7 @@ __all__ = ["sft"]
 @click.option("--batch", default=4, show_default=True, help="Conversations per step.")
 @click.option("--lr", default=2e-3, show_default=True, help="Peak learning rate (warmup, then cosine to 10%).")
 @click.option("--max-len", default=2048, show_default=True, help="Tokens kept per conversation.")
+@click.option("--window", default=0, show_default=True, help="N > 0: one N-token example per assistant turn.")
 @click.option("--threads", default=1, show_default=True, help="torch CPU threads (0: torch's default).")
 @click.option(
     "--data",
@@ -42,6 +43,7 @@ def sft(
     batch: int,
     lr: float,
     max_len: int,
+    window: int,
     threads: int,
     data_out: Path | None,
     data_in: Path | None,
@@ -65,6 +67,7 @@ def sft(
         batch=batch,
         lr=lr,
         max_len=max_len,
+        window=window,
         threads=threads,
     )
     path = run_sft(cfg, out_dir, data_out=data_out, data_in=data_in)

@@ -174,3 +174,16 @@ def test_run_sft_writes_a_loadable_model(tmp_path: Path) -> None:
     assert meta["conversations"] == 2 and len(meta["losses"]) == 1
     AutoModelForCausalLM.from_pretrained(str(out))
     assert ChatFormat.from_pretrained(out).tool_call_format == "hermes"
+
+
+def test_windowed_examples_end_at_each_assistant_turn(chat_format: Any, conversations: list[dict[str, Any]]) -> None:
+    conv = conversations[0]
+    (full,) = tokenize([conv], chat_format, max_len=100_000)
+    windows = tokenize([conv], chat_format, max_len=100_000, window=200)
+    turns = sum(1 for m in conv["messages"] if m["role"] == "assistant")
+    assert len(windows) == turns
+    for w in windows:
+        assert len(w.ids) <= 200 and w.mask[-1] == 1
+        assert chat_format.decode(w.ids[-1:]) == "<|im_end|>"
+        text = chat_format.decode(full.ids)
+        assert chat_format.decode(w.ids) in text
