@@ -321,7 +321,7 @@ DIFFERENCES = [
 
 
 def measure(
-    model: str = "default",
+    model: str = "tiny",
     prompts_per_step: int = 2,
     group_size: int = 4,
     max_tokens: int = 64,
@@ -414,7 +414,7 @@ def measure(
 
 
 @click.command("trainer")
-@click.option("--model", default="default", show_default=True, help="An HF model directory, or `default`.")
+@click.option("--model", default="tiny", show_default=True, help="HF model dir, or `tiny` (random tiny).")
 @click.option("--prompts-per-step", default=2, show_default=True, help="B: prompts per step.")
 @click.option("--group-size", default=4, show_default=True, help="G: completions per prompt.")
 @click.option("--max-tokens", default=64, show_default=True, help="Completion budget per request.")
