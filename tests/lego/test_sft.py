@@ -187,3 +187,22 @@ def test_windowed_examples_end_at_each_assistant_turn(chat_format: Any, conversa
         assert chat_format.decode(w.ids[-1:]) == "<|im_end|>"
         text = chat_format.decode(full.ids)
         assert chat_format.decode(w.ids) in text
+
+
+def test_default_resolves_to_a_shipped_warm_start(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    import lego.models.tiny as tiny
+
+    shipped = tmp_path / "warm"
+    shutil.copytree(tiny_model_dir, shipped)
+    (shipped / "lego_sft.json").write_text('{"config": {"seed": 0}}\n')
+    monkeypatch.setattr(tiny, "WARM_DIR", shipped)
+    monkeypatch.setenv("LEGO_CACHE_DIR", str(tmp_path / "cache"))
+    path = tiny.resolve_model("default")
+    assert path.parent == tmp_path / "cache" / "models" and path.name.startswith("warm-")
+    assert (path / "model.safetensors").read_bytes() == (shipped / "model.safetensors").read_bytes()
+    assert tiny.resolve_model("default") == path
+    assert tiny.resolve_model("tiny").name.startswith("tiny-")
