@@ -1,21 +1,29 @@
-"""The GSPO trainer: recompute, fidelity, loss, update — on exactly the tokens the policy sampled.
+"""The GSPO trainer: loss, fidelity, update — on exactly the tokens the policy sampled.
 
 One :meth:`Trainer.step` is one optimizer update over a batch of :class:`TrainItem` (a recorded
 segment + its advantage + which episode and harness it came from):
 
-1. **recompute** log π_old on the recorded ids at ``algorithm.temperature`` (logits / T, then
-   log-softmax), micro-batch by micro-batch, with no gradient;
-2. **fidelity**: compare with the engine's recorded logprobs over mask-1 tokens
-   (:mod:`lego.algos.fidelity`); the gate raises :class:`FidelityError` *before* a bad update;
-3. **loss**: per-token weights for the whole batch first (an episode, not a segment, is the unit;
+1. **loss**: per-token weights for the whole batch first (an episode, not a segment, is the unit;
    see :func:`lego.algos.token_weights`), then each micro-batch's loss is its share of the
-   full-batch loss, so gradient accumulation over any micro-batch size gives the same gradient;
-4. **update**: gradient clipping, AdamW.
+   full-batch loss, so gradient accumulation over any micro-batch size gives the same gradient.
+   Each micro-batch's forward pass computes log πθ on the recorded ids at ``algorithm.temperature``
+   (logits / T, then log-softmax); its detached value *is* log π_old, because the weights do not
+   change before the single optimizer step (no separate no-grad recompute pass: that pass would
+   cost about a quarter of the gradient computation and give the same numbers);
+2. **fidelity**: compare π_old with the engine's recorded logprobs over mask-1 tokens of the whole
+   batch (:mod:`lego.algos.fidelity`); the gate is checked after the backward passes and *before*
+   clipping and the optimizer step: when it trips the gradients are dropped and
+   :class:`FidelityError` is raised with the weights untouched;
+3. **update**: gradient clipping, AdamW.
+
+With an explicit ``old_logprobs`` (a further update against an older π_old) a no-grad pass over
+the batch first gives log πθ's value for GSPO's episode-pooled ratio Δ, which the loss needs before
+any micro-batch's backward; :meth:`Trainer.recompute` is that pass, public, per item.
 
 Simplifications, stated: one optimizer update per batch, so π_old is the current policy and every
 ratio is 1 (GSPO's clip only matters for the off-policy gap, which truncated importance sampling,
 ``algorithm.tis_cap``, covers). The model runs in eval mode (no dropout), as the engine does, so
-the recompute matches the engine's forward pass. Sequences are right-padded per micro-batch.
+the trainer's log-probs match the engine's forward pass. Sequences are right-padded per micro-batch.
 
 Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
 
@@ -31,7 +39,10 @@ Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
     training/rollout_actor_probs_pearson_corr, training/rollout_probs_diff_{max,mean,std},
     rollout_corr/{kl,k3_kl,chi2_token,ess_frac,tokens}    fidelity; each also per harness as
                                          ``<name>/<harness>`` (lego.algos.fidelity)
-    perf/trainer_step_s, perf/recompute_s, perf/tokens_per_s
+    perf/trainer_step_s, perf/tokens_per_s
+    perf/recompute_s                     time spent on π_old and fidelity outside the loss pass: the
+                                         fidelity metrics and gate, plus the no-grad pass when
+                                         ``old_logprobs`` is given
 
 Distributed: under ``torchrun`` (see :mod:`lego.distributed`) each rank takes an interleaved
 share of the micro-batches of the same globally-weighted batch and FSDP2 sums the gradients.
@@ -53,7 +64,7 @@ from lego import distributed as dist_utils
 from lego.algos import FidelityGate, fidelity_metrics, policy_loss_for, token_weights
 from lego.batching import PaddedBatch, TrainItem, items_from_trajectories
 from lego.config import LegoConfig
-from lego.errors import ModelError
+from lego.errors import FidelityError, ModelError
 
 __all__ = ["TrainItem", "Trainer", "items_from_trajectories"]
 
@@ -202,12 +213,13 @@ class Trainer:
         rollout_logprobs: Sequence[Sequence[float | None]] | None = None,
         old_logprobs: Sequence[Sequence[float]] | None = None,
     ) -> dict[str, float]:
-        """One update: recompute -> fidelity (gate) -> loss -> backward per micro-batch -> clip -> AdamW.
+        """One update: forward + loss + backward per micro-batch -> fidelity (gate) -> clip -> AdamW.
 
         ``rollout_logprobs`` overrides the engine logprobs recorded on the segments (one list per item,
         aligned with ``response_ids``). ``old_logprobs`` (e.g. from :meth:`recompute` before a first
         update on the same batch) makes this a further update against that π_old: ratios and GSPO's
-        clip then act; the gate is only consulted when π_old is recomputed here. Returns the step's
+        clip then act; the gate is only consulted when π_old is taken from this step's own forward
+        passes (no ``old_logprobs``). Returns the step's
         metrics: ``actor/*`` (loss, clip fraction, KL, entropy, grad norm, tokens), the fidelity
         metrics and ``perf/*`` timings. Raises :class:`FidelityError`, before touching the weights,
         when the gate trips."""
@@ -227,7 +239,11 @@ class Trainer:
         old_logprobs: Sequence[Sequence[float]] | None = None,
     ) -> dict[str, float]:
         """Everything in :meth:`step` up to (not including) clipping and the optimizer step: the
-        gradient of the full-batch loss is left in ``.grad`` (accumulated over micro-batches)."""
+        gradient of the full-batch loss is left in ``.grad`` (accumulated over micro-batches).
+
+        Without ``old_logprobs``, π_old is each micro-batch's forward pass detached, and the gate
+        is checked once every backward has run; if it trips, the gradients are set to None before
+        :class:`FidelityError` propagates, so no later optimizer step can apply them."""
         if not items:
             raise ValueError("Trainer.step needs at least one TrainItem; skip the update when a step has no data")
         t0 = time.perf_counter()
@@ -239,27 +255,31 @@ class Trainer:
         weights = self._weights(items)
         chunks, n_real = self._rank_chunks(len(items))
         batches = [PaddedBatch([items[i] for i in c], self.device) for c in chunks]
-        current = self._recompute_batches(batches)  # log πθ now, no grad
-        old = (
-            current
-            if old_logprobs is None
-            else [self._pad_rows(old_logprobs, c, cur) for c, cur in zip(chunks, current, strict=True)]
-        )
-        t_recompute = time.perf_counter() - t0
-
-        fid = self._fidelity(items, chunks[:n_real], batches, old)
-        if old_logprobs is None:
-            self.gate.observe(fid)
-
         episodes = {e: i for i, e in enumerate(dict.fromkeys(it.episode_id for it in items))}
-        delta = self._episode_deltas(items, episodes, chunks[:n_real], batches, current, old)
+        fused = old_logprobs is None
+        old: list[torch.Tensor] = []  # log π_old per real micro-batch
+        fid: dict[str, float] = {}
+        if old_logprobs is not None:
+            current = self._recompute_batches(batches)  # log πθ's value now, for Δ before any backward
+            old = [self._pad_rows(old_logprobs, c, cur) for c, cur in zip(chunks, current, strict=True)]
+            fid = self._fidelity(items, chunks[:n_real], batches, old)
+            delta = self._episode_deltas(items, episodes, chunks[:n_real], batches, current, old)
+            t_recompute = time.perf_counter() - t0
+        else:
+            # π_old is the loss pass's own forward (detached): log πθ == log π_old, so every Δ is 0.
+            delta = torch.zeros(len(episodes), dtype=torch.float64)
+            t_recompute = 0.0
+
         sums: dict[str, float] = {}  # token-weighted sums, except the already-normalised loss terms
         ratio_max, ratio_min = float("-inf"), float("inf")
-        for idx, (c, mb, o) in enumerate(zip(chunks, batches, old, strict=True)):
+        for idx, (c, mb) in enumerate(zip(chunks, batches, strict=True)):
             logp, entropy = self._token_logp(mb, with_entropy=True)
             if idx >= n_real:  # padding pass: FSDP needs every rank in every collective; adds zero gradient
                 (logp.sum() * 0.0).backward()
                 continue
+            if fused:
+                old.append(logp.detach())
+            o = old[idx]
             w = torch.zeros_like(logp)
             for row, i in enumerate(c):
                 w[row, : len(weights[i])] = weights[i].to(self.device)
@@ -277,6 +297,16 @@ class Trainer:
                 m["actor/entropy"] = float((entropy * mb.mask).sum() / max(n, 1.0))
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + (v if k in _SUMMED else v * n)
+
+        if fused:
+            t_fid = time.perf_counter()
+            fid = self._fidelity(items, chunks[:n_real], batches, old)
+            try:
+                self.gate.observe(fid)  # same gathered metrics on every rank: all ranks raise together
+            except FidelityError:
+                self.optimizer.zero_grad(set_to_none=True)  # the bad update is never applied
+                raise
+            t_recompute = time.perf_counter() - t_fid
 
         metrics = self._reduce_metrics(sums, ratio_max, ratio_min)
         metrics.update(fid)
