@@ -18,7 +18,7 @@ One :meth:`SingleTurnLoop.step`:
 2. each session's :class:`~lego.types.Trajectory` is read back; ``reward_fn(completion text)``
    gives its reward; the prompt index is its group (``task_id``);
 3. :func:`~lego.batching.items_from_trajectories` → group-normalised advantages →
-   :meth:`Trainer.step <lego.trainer.Trainer.step>` (recompute, fidelity gate, GSPO loss, AdamW);
+   :meth:`Trainer.step <lego.trainer.Trainer.step>` (GSPO loss, fidelity gate, AdamW);
 4. :func:`~lego.weight_sync.sync_weights` makes the engine serve the new weights.
 
 Sessions are closed after their trajectory is read, so a long run holds no growing state. The

@@ -14,11 +14,10 @@ same number of torch threads:
   recorded segments go to ``Trainer.step`` (recompute, fidelity, GSPO loss, AdamW); then
   ``sync_weights`` copies the new weights into the engine.
 
-What lego does that TRL does not (stated in the JSON under ``differences``): it recomputes π_old
-with a no-grad forward pass every step (the fidelity metrics and gate need it; TRL skips it when
-generation and update are on-policy and vLLM is off), it goes through HTTP, the chat template and
-the recorder for every completion, and it copies the weights into a separate engine after each
-update. Step 1 of each run is warm-up (lazy initialisation) and left out of the ratio.
+What lego does that TRL does not (stated in the JSON under ``differences``): it checks the
+rollout-train fidelity every step (π_old comes from the loss pass's own forward, as in TRL), it goes
+through HTTP, the chat template and the recorder for every completion, and it copies the weights
+into a separate engine after each update. Step 1 of each run is warm-up (lazy initialisation) and left out of the ratio.
 
 Also measured: recompute throughput. ``Trainer.recompute`` over every segment the lego run
 recorded, against a bare ``model(input_ids, attention_mask)`` forward pass (full logits, input
@@ -29,10 +28,8 @@ The machine may be noisy: ``--repeats`` runs both sides several times, alternati
 first. ``step_time_ratio`` is the median over repeats of (lego's median step / TRL's median step),
 with each repeat's ratio and their spread beside it; ``step_time_ratio_pooled`` divides the
 medians of all steady steps pooled over repeats. ``phases_median_s`` splits a step
-into where the time went (lego: rollout / train, of which recompute / sync; TRL: generate / the
-rest), and ``projected_ratio_without_separate_recompute`` is the ratio lego's step would reach with
-π_old taken from the loss pass instead of a separate recompute (arithmetic on the measured phases,
-labelled as a projection).
+into where the time went (lego: rollout / train, of which fidelity + gate / sync; TRL: generate /
+the rest).
 """
 
 from __future__ import annotations
@@ -308,8 +305,8 @@ def recompute_vs_forward(trainer: Any, items: list[Any], reps: int = 5) -> dict[
 
 
 DIFFERENCES = [
-    "lego recomputes pi_old (a no-grad forward over the batch) every step for the fidelity metrics/gate; "
-    "TRL (num_iterations=1, no vLLM) reuses the loss pass's detached logprobs instead",
+    "lego computes the fidelity metrics (trainer vs engine logprobs) and runs the gate every step; both take "
+    "pi_old from the loss pass's own detached forward (one update per batch)",
     "lego samples through a real HTTP proxy session per completion (chat template render, recorder); "
     "TRL calls model.generate in process",
     "lego's engine holds its own weight copy, refreshed by sync_weights after every update; TRL samples "
@@ -378,7 +375,6 @@ def measure(
     lego_all, trl_all = pooled("lego", "step_s"), pooled("trl", "step_s")
     trl_update = [s - g for s, g in zip(trl_all, pooled("trl", "generate_s"), strict=True)]
     # What lego's step would take without its separate no-grad recompute pass (a projection, not a run).
-    fused = [s - r for s, r in zip(lego_all, pooled("lego", "recompute_s"), strict=True)]
     phases = {
         "lego_rollout_s": statistics.median(pooled("lego", "rollout_s")),
         "lego_rollout_engine_s": statistics.median(pooled("lego", "rollout_engine_s")),
@@ -406,7 +402,6 @@ def measure(
         "step_meets_target": ratio <= STEP_TARGET,
         "phases_median_s": {k: round(v, 4) for k, v in phases.items()},
         "rollout_vs_generate_ratio": round(phases["lego_rollout_s"] / phases["trl_generate_s"], 3),
-        "projected_ratio_without_separate_recompute": round(statistics.median(fused) / statistics.median(trl_all), 3),
         "recompute": recompute,
         "differences": DIFFERENCES,
         "runs": runs,
