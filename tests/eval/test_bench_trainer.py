@@ -53,7 +53,6 @@ def test_json_reports_both_figures_beside_their_baselines(bench_json: tuple[dict
     assert set(phases) == {"lego_rollout_s", "lego_rollout_engine_s", "trl_generate_s", "lego_train_s", "lego_recompute_s", "lego_sync_s",
                            "trl_update_s"}  # fmt: skip
     assert 0 < phases["lego_recompute_s"] < phases["lego_train_s"]
-    assert data["projected_ratio_without_separate_recompute"] < data["step_time_ratio"] * 1.01
 
 
 def test_both_sides_trained_the_same_number_of_steps(bench_json: tuple[dict, str]) -> None:  # type: ignore[type-arg]
