@@ -79,6 +79,13 @@ class ProxyConfig(_Section):
         "Harnesses that send no max_tokens (mini-swe-agent) otherwise get their answers cut mid-tool-call.",
     )
 
+    max_tokens_cap: int | None = Field(
+        None,
+        ge=1,
+        description="Upper bound on every request's completion budget, whatever it asks (Claude Code asks for "
+        "32k tokens). For slow engines, e.g. a small policy on a CPU. None: no cap beyond the context window.",
+    )
+
 
 class SandboxConfig(_Section):
     """Where each rollout's repository lives and commands run."""
@@ -183,6 +190,15 @@ class TrainingConfig(_Section):
     )
     fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
     retry_infra: int = Field(1, ge=0, description="Retries for a rollout that ended in an infrastructure failure.")
+    rollout_backend: Literal["threads", "ray"] = Field(
+        "threads",
+        description="Where rollouts run: 'threads' in this process; 'ray' as Ray tasks (the 'ray' extra), each "
+        "driving its harness and grading on a worker node while the proxy stays here, reached over TCP at "
+        "proxy.host (set it to a routable address, and proxy.api_key, for a multi-node cluster).",
+    )
+    ray_address: str | None = Field(
+        None, description="ray.init address for rollout_backend='ray' ('auto', 'ray://host:10001'); None: a local Ray."
+    )
     sampling_override: bool = Field(
         True,
         description="The proxy samples at algorithm.temperature with no top-p/top-k truncation, whatever the harness "

@@ -234,6 +234,8 @@ class ProxyService:
         if room < 1:
             raise self._overflow(s, main, str(ContextOverflowError(prompt_len, req.max_tokens or 1, window)))
         max_tokens = min(req.max_tokens or self.config.default_max_tokens, room)
+        if self.config.max_tokens_cap is not None:
+            max_tokens = min(max_tokens, self.config.max_tokens_cap)
         headers: dict[str, str] = {}
         eos = list(self.chat.eos_token_ids)
         if s.training:
