@@ -206,3 +206,18 @@ def test_default_resolves_to_a_shipped_warm_start(
     assert (path / "model.safetensors").read_bytes() == (shipped / "model.safetensors").read_bytes()
     assert tiny.resolve_model("default") == path
     assert tiny.resolve_model("tiny").name.startswith("tiny-")
+
+
+def test_sft_is_deterministic_from_the_seed(
+    tiny_model_dir: Path, chat_format: Any, conversations: list[dict[str, Any]]
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    examples = tokenize(conversations[:2], chat_format, max_len=100_000, window=128)
+    states = []
+    for _ in range(2):
+        model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+        train_sft(model, examples, SFTConfig(steps=2, batch=2, seed=3))
+        states.append(model.state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
