@@ -21,6 +21,7 @@ transport (``httpx.HTTPTransport(uds=server.uds)``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ipaddress
 import logging
 import threading
@@ -64,6 +65,7 @@ class ProxyServer:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._port: int | None = None
+        self._listeners: list[tuple[uvicorn.Server, concurrent.futures.Future[None]]] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 30.0) -> None:
@@ -110,9 +112,46 @@ class ProxyServer:
             sock = self._server.servers[0].sockets[0]
             self._port = int(sock.getsockname()[1])
 
+    def listen_tcp(self, host: str, port: int = 0, timeout: float = 30.0) -> int:
+        """Also serve the same app (same sessions, same loop) on ``host:port``; returns the bound port.
+
+        For a proxy started on a Unix socket that remote workers must reach (the Ray rollout
+        backend): a second listener, not a second server, so sessions opened here are the ones
+        requests sent there record into. Stopped by :meth:`stop`."""
+        loop = self._loop
+        if loop is None or self._server is None:
+            raise RuntimeError("the proxy is not started; call start() first")
+        if not is_loopback(host) and not self.config.api_key:
+            log.warning(
+                "the proxy listens on %s without an API key: anyone who can reach it can use the policy; "
+                "set proxy.api_key",
+                host,
+            )
+        ucfg = uvicorn.Config(
+            self.app, host=host, port=port, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=30
+        )
+        server = uvicorn.Server(ucfg)
+        done = asyncio.run_coroutine_threadsafe(server.serve(), loop)
+        waited = 0.0
+        while not server.started:
+            if done.done() or waited >= timeout:
+                server.should_exit = True
+                raise ConfigError(f"the proxy could not listen on {host}:{port}; is the port in use or the host wrong?")
+            threading.Event().wait(0.01)
+            waited += 0.01
+        self._listeners.append((server, done))
+        return int(server.servers[0].sockets[0].getsockname()[1])
+
     def stop(self) -> None:
         if self._server is None or self._thread is None:
             return
+        for server, done in self._listeners:
+            server.should_exit = True
+            try:
+                done.result(timeout=10)
+            except Exception:  # a listener that failed to stop must not keep the main one alive
+                log.warning("a TCP listener of the proxy did not stop cleanly", exc_info=True)
+        self._listeners.clear()
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._server = None
