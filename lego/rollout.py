@@ -34,15 +34,31 @@ from lego.engines import build_engine
 from lego.engines.base import Engine
 from lego.errors import LegoError
 from lego.models.chat import ChatFormat
-from lego.models.tiny import resolve_model
 from lego.seams import Harness
-from lego.types import Endpoint, HarnessLimits, HarnessResult, Task, Trajectory
+from lego.types import (
+    Endpoint,
+    GradeResult,
+    HarnessLimits,
+    HarnessResult,
+    Task,
+    TerminationLabel,
+    Trajectory,
+)
 from proxies.server import ProxyServer
 from sandboxes.factory import create_sandbox
 from sandboxes.grading import grade
 from sandboxes.guards import agent_texts, guard_flags, verify_history_strip
 
-__all__ = ["Policy", "RolloutOptions", "RolloutRunner", "eval_sample_fn"]
+__all__ = [
+    "DriveOutcome",
+    "Policy",
+    "RolloutOptions",
+    "RolloutRunner",
+    "crashed_trajectory",
+    "drive_and_grade",
+    "eval_sample_fn",
+    "final_label",
+]
 
 log = logging.getLogger("lego.rollout")
 
@@ -68,6 +84,8 @@ class Policy:
     @classmethod
     def start(cls, engine_cfg: EngineConfig, proxy_cfg: ProxyConfig, name: str = "policy") -> Policy:
         """Build the engine named by ``engine_cfg`` (oracle: scored by the model it names) and start a proxy."""
+        from lego.models.tiny import resolve_model  # torch: imported here, so Ray workers (drive only) stay light
+
         model_path = resolve_model(engine_cfg.model)
         chat = ChatFormat.from_pretrained(model_path)
         if engine_cfg.kind == "oracle":
@@ -130,9 +148,34 @@ class RolloutRunner:
     def run(self, task: Task, harness_name: str, opts: RolloutOptions) -> Trajectory:
         """One rollout of ``task`` in ``harness_name``; never raises for rollout failures (see module doc)."""
         t0 = time.monotonic()
-        sid = f"{_slug(task.instance_id)}-{uuid.uuid4().hex[:10]}"
+        sid = self.open_session(task, harness_name, opts)
         proxy = self.policy.proxy
-        proxy.open_session(
+        try:
+
+            def worth_grading(result: HarnessResult) -> bool:
+                # grade unless the rollout ends as an infrastructure failure (the proxy's labels win)
+                seen = proxy.trajectory(sid)
+                seen.termination = final_label(seen.termination, result.reason)
+                return not seen.is_infra_failure
+
+            outcome = drive_and_grade(
+                self.cfg,
+                task,
+                self.harness(harness_name),
+                sid,
+                opts,
+                proxy_uds=self.policy.uds,
+                proxy_cfg=proxy.config,
+                grade_if=worth_grading,
+            )
+            return self.finish(sid, harness_name, outcome, t0)
+        finally:
+            proxy.close_session(sid)
+
+    def open_session(self, task: Task, harness_name: str, opts: RolloutOptions) -> str:
+        """Open the proxy session one rollout records into; returns its id (the caller closes it)."""
+        sid = f"{_slug(task.instance_id)}-{uuid.uuid4().hex[:10]}"
+        self.policy.proxy.open_session(
             sid,
             metadata={
                 "task_id": task.instance_id,
@@ -144,70 +187,35 @@ class RolloutRunner:
             temperature=opts.temperature,
             max_turns=opts.max_turns,
         )
-        try:
-            harness = self.harness(harness_name)
-            result, diff, history_ok, error = self._drive(task, harness, sid, opts)
-            traj = proxy.trajectory(sid)
-            traj.harness, traj.policy = harness_name, self.policy.name
-            traj.harness_version = _safe_version(harness)
-            t_graded = time.monotonic()
-            traj.termination = traj.termination if traj.termination in _LABEL_PRIORITY else result.reason
-            if error:
-                traj.metadata["error"] = error
-            traj.metadata["harness_log_tail"] = result.logs[-4000:]
-            traj.counters["turns"] = float(result.turns or traj.counters.get("calls", 0.0))
-            if diff is not None and not traj.is_infra_failure:
-                traj.grade = grade(task, diff, cfg=self.cfg.sandbox)
-                traj.reward = traj.grade.reward
-                excluded = traj.grade.excluded_files
-            else:
-                excluded = []
-            traj.guard_flags = guard_flags(
-                history_strip=history_ok,
-                egress_blocked=not self.cfg.sandbox.unsafe_no_isolation,
-                excluded_files=excluded,
-                texts=agent_texts(traj.messages),
-            )
-            traj.timings.update(
-                {"harness_s": result.wall_s, "grade_s": time.monotonic() - t_graded, "wall_s": time.monotonic() - t0}
-            )
-            return traj
-        finally:
-            proxy.close_session(sid)
+        return sid
 
-    def _drive(
-        self, task: Task, harness: Harness, sid: str, opts: RolloutOptions
-    ) -> tuple[HarnessResult, str | None, bool, str]:
-        """Sandbox → prepare → run → diff. Returns (result, diff or None, history stripped?, error text)."""
-        ro_binds = list(getattr(harness, "ro_binds", lambda: [])())
-        try:
-            sandbox = create_sandbox(self.cfg.sandbox, task, proxy_uds=self.policy.uds, ro_binds=ro_binds)
-        except LegoError as exc:
-            return HarnessResult(exit_code=None, reason="env_error", logs=str(exc)), None, False, str(exc)
-        try:
-            held = getattr(sandbox, "history_strip", None)  # backends verify it when they build the copy
-            history_ok = bool(held) if held is not None else verify_history_strip(sandbox.root)
-            root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
-            endpoint = Endpoint(
-                base_url=f"{root}/v1",
-                anthropic_base_url=root,
-                model=self.policy.proxy.config.served_model_name,
-                session_id=sid,
-            )
-            try:
-                harness.prepare(sandbox, endpoint)
-                result = harness.run(
-                    task, sandbox, endpoint, HarnessLimits(max_turns=opts.max_turns, timeout_s=opts.timeout_s)
-                )
-            except LegoError as exc:
-                result = HarnessResult(exit_code=None, reason="harness_error", logs=str(exc))
-                return result, None, history_ok, f"{type(exc).__name__}: {exc}"
-            diff = sandbox.diff()
-            return result, diff, history_ok, result.logs[-2000:] if result.reason in ("harness_error",) else ""
-        except LegoError as exc:
-            return HarnessResult(exit_code=None, reason="env_error", logs=str(exc)), None, False, str(exc)
-        finally:
-            sandbox.close()
+    def finish(self, sid: str, harness_name: str, outcome: DriveOutcome, t0: float) -> Trajectory:
+        """The session's trajectory with the outcome of its drive filled in: label, grade, guards, timings.
+
+        Runs where the proxy lives, whichever backend drove the harness (threads here, Ray workers)."""
+        traj = self.policy.proxy.trajectory(sid)
+        result = outcome.result
+        traj.harness, traj.policy = harness_name, self.policy.name
+        traj.harness_version = outcome.harness_version
+        traj.termination = final_label(traj.termination, result.reason)
+        if outcome.error:
+            traj.metadata["error"] = outcome.error
+        traj.metadata["harness_log_tail"] = result.logs[-4000:]
+        traj.counters["turns"] = float(result.turns or traj.counters.get("calls", 0.0))
+        if outcome.grade is not None and not traj.is_infra_failure:
+            traj.grade = outcome.grade
+            traj.reward = outcome.grade.reward
+            excluded = outcome.grade.excluded_files
+        else:
+            excluded = []
+        traj.guard_flags = guard_flags(
+            history_strip=outcome.history_ok,
+            egress_blocked=not self.cfg.sandbox.unsafe_no_isolation,
+            excluded_files=excluded,
+            texts=agent_texts(traj.messages),
+        )
+        traj.timings.update({"harness_s": result.wall_s, "grade_s": outcome.grade_s, "wall_s": time.monotonic() - t0})
+        return traj
 
     def run_many(
         self,
@@ -224,15 +232,7 @@ class RolloutRunner:
                 traj = self.run(task, harness, opts)
             except Exception as exc:  # a bug below us must not kill the whole batch: record it as infra
                 log.exception("rollout %s/%s crashed", task.instance_id, harness)
-                traj = Trajectory(
-                    trajectory_id=uuid.uuid4().hex,
-                    session_id="",
-                    task_id=task.instance_id,
-                    harness=harness,
-                    policy=self.policy.name,
-                    termination="env_error",
-                    metadata={"error": "".join(traceback.format_exception(exc))[-4000:]},
-                )
+                traj = crashed_trajectory(task, harness, self.policy.name, exc)
             out[i] = traj
             if on_done is not None:
                 on_done(i, traj)
@@ -240,6 +240,108 @@ class RolloutRunner:
         with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout") as pool:
             list(pool.map(one, range(len(jobs))))
         return [t for t in out if t is not None]
+
+
+@dataclass
+class DriveOutcome:
+    """What driving one rollout produced where its sandbox ran (picklable: Ray workers return it).
+
+    ``diff`` is None when no diff was taken (no sandbox, the harness raised); ``grade`` is None when
+    the diff was not graded; ``error`` is the text recorded as ``metadata["error"]``."""
+
+    result: HarnessResult
+    diff: str | None
+    history_ok: bool
+    error: str
+    grade: GradeResult | None = None
+    grade_s: float = 0.0
+    harness_version: str = "unknown"
+
+
+def final_label(proxy_label: TerminationLabel, harness_reason: TerminationLabel) -> TerminationLabel:
+    """The rollout's termination: the proxy's ``overlong``/``max_turns`` win over how the harness exited."""
+    return proxy_label if proxy_label in _LABEL_PRIORITY else harness_reason
+
+
+def drive_and_grade(
+    cfg: LegoConfig,
+    task: Task,
+    harness: Harness,
+    sid: str,
+    opts: RolloutOptions,
+    *,
+    proxy_uds: Path,
+    proxy_cfg: ProxyConfig,
+    grade_if: Callable[[HarnessResult], bool] | None = None,
+) -> DriveOutcome:
+    """Sandbox → prepare → run → diff → grade, for the proxy session ``sid`` reached at ``proxy_uds``.
+
+    The half of a rollout that needs a sandbox; both backends run it (the threads backend in-process,
+    the Ray backend on a worker, with ``proxy_uds`` a local forwarder to the driver's proxy). The diff
+    is graded when there is one and ``grade_if(result)`` holds (default: always). ``proxy_cfg`` is the
+    serving proxy's config (model name, API key for the harness's endpoint)."""
+    result, diff, history_ok, error = _drive(cfg, task, harness, sid, opts, proxy_uds, proxy_cfg)
+    outcome = DriveOutcome(result, diff, history_ok, error, harness_version=_safe_version(harness))
+    if diff is not None and (grade_if is None or grade_if(result)):
+        t_grade = time.monotonic()
+        outcome.grade = grade(task, diff, cfg=cfg.sandbox)
+        outcome.grade_s = time.monotonic() - t_grade
+    return outcome
+
+
+def _drive(
+    cfg: LegoConfig,
+    task: Task,
+    harness: Harness,
+    sid: str,
+    opts: RolloutOptions,
+    proxy_uds: Path,
+    proxy_cfg: ProxyConfig,
+) -> tuple[HarnessResult, str | None, bool, str]:
+    """Sandbox → prepare → run → diff. Returns (result, diff or None, history stripped?, error text)."""
+    ro_binds = list(getattr(harness, "ro_binds", lambda: [])())
+    try:
+        sandbox = create_sandbox(cfg.sandbox, task, proxy_uds=proxy_uds, ro_binds=ro_binds)
+    except LegoError as exc:
+        return HarnessResult(exit_code=None, reason="env_error", logs=str(exc)), None, False, str(exc)
+    try:
+        held = getattr(sandbox, "history_strip", None)  # backends verify it when they build the copy
+        history_ok = bool(held) if held is not None else verify_history_strip(sandbox.root)
+        root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
+        endpoint = Endpoint(
+            base_url=f"{root}/v1",
+            anthropic_base_url=root,
+            api_key=proxy_cfg.api_key or "lego-local",
+            model=proxy_cfg.served_model_name,
+            session_id=sid,
+        )
+        try:
+            harness.prepare(sandbox, endpoint)
+            result = harness.run(
+                task, sandbox, endpoint, HarnessLimits(max_turns=opts.max_turns, timeout_s=opts.timeout_s)
+            )
+        except LegoError as exc:
+            result = HarnessResult(exit_code=None, reason="harness_error", logs=str(exc))
+            return result, None, history_ok, f"{type(exc).__name__}: {exc}"
+        diff = sandbox.diff()
+        return result, diff, history_ok, result.logs[-2000:] if result.reason in ("harness_error",) else ""
+    except LegoError as exc:
+        return HarnessResult(exit_code=None, reason="env_error", logs=str(exc)), None, False, str(exc)
+    finally:
+        sandbox.close()
+
+
+def crashed_trajectory(task: Task, harness: str, policy: str, exc: BaseException) -> Trajectory:
+    """The ``env_error`` record of a rollout that crashed below the runner (a bug, a lost worker)."""
+    return Trajectory(
+        trajectory_id=uuid.uuid4().hex,
+        session_id="",
+        task_id=task.instance_id,
+        harness=harness,
+        policy=policy,
+        termination="env_error",
+        metadata={"error": "".join(traceback.format_exception(exc))[-4000:]},
+    )
 
 
 def _slug(text: str) -> str:
