@@ -192,7 +192,14 @@ def _load_tasks(cfg: LegoConfig, split: str) -> list[Task]:
 def _rollouts(
     runner: RolloutRunner, cfg: LegoConfig, tasks: Sequence[Task], step: int, console: Console
 ) -> list[Trajectory]:
-    """B × G rollouts with a progress bar; infrastructure failures retried ``training.retry_infra`` times."""
+    """B × G rollouts with a progress bar; infrastructure failures retried ``training.retry_infra`` times.
+
+    ``training.rollout_backend`` picks where they run: threads here, or Ray tasks (:mod:`lego.ray_rollout`)."""
+    run_many = runner.run_many
+    if cfg.training.rollout_backend == "ray":
+        from lego.ray_rollout import ray_runner
+
+        run_many = ray_runner(runner, cfg.training.ray_address).run_many
     rng = random.Random(_seed(cfg.training.seed, "harness", step))
     g = cfg.algorithm.group_size
     jobs = []
@@ -221,13 +228,13 @@ def _rollouts(
         def done(_: int, t: Trajectory) -> None:
             bar.update(tid, advance=1, last=f"{t.task_id}: {t.termination} r={t.reward}")
 
-        trajs = runner.run_many(jobs, cfg.training.concurrency, on_done=done)
+        trajs = run_many(jobs, cfg.training.concurrency, on_done=done)
         for _ in range(cfg.training.retry_infra):
             again = [i for i, t in enumerate(trajs) if t.is_infra_failure]
             if not again:
                 break
             bar.update(tid, total=len(jobs) + len(again))
-            redo = runner.run_many([jobs[i] for i in again], cfg.training.concurrency, on_done=done)
+            redo = run_many([jobs[i] for i in again], cfg.training.concurrency, on_done=done)
             for i, t in zip(again, redo, strict=True):
                 t.metadata["attempts"] = 2
                 trajs[i] = t
