@@ -147,3 +147,26 @@ def test_without_ray_the_backend_says_how_to_get_it(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(ConfigError, match=r"pip install 'lego\[ray\]'"):
         ray_rollout._import_ray()
+
+
+def test_a_training_step_runs_its_rollouts_on_ray(ray_cluster: None, tiny_model_dir: Path, tmp_path: Path) -> None:
+    from lego.io import read_jsonl
+    from lego.train import train
+
+    overrides = [
+        f"tasks.source={make_calc_tasks(tmp_path / 'tasks')}",
+        f"engine.model={tiny_model_dir}",
+        f"training.out_dir={tmp_path / 'run'}",
+        "training.steps=1",
+        "training.tasks_per_step=1",
+        "algorithm.group_size=2",
+        "harness.max_turns=2",
+        "harness.options={lego-agent = {max_tokens = 24}}",
+        "training.rollout_backend=ray",
+    ]
+    run = train(load_config(None, overrides))
+    (line,) = read_jsonl(run.metrics)
+    assert line["metrics"]["rollout/count"] == 2.0 and line["metrics"]["policy/version"] == 1.0
+    assert line["metrics"]["training/rollout_actor_probs_pearson_corr"] >= 0.999
+    docs = [Trajectory.model_validate_json(p.read_text()) for p in sorted(run.trajectories(0).glob("*.json"))]
+    assert len(docs) == 2 and all(d.segments and not d.is_infra_failure and d.grade is not None for d in docs)
