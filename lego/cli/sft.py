@@ -16,13 +16,18 @@ __all__ = ["sft"]
 )
 @click.option("--seed", default=0, show_default=True, help="Seeds the base weights, the data and the order.")
 @click.option("--split", default="train", show_default=True, help="Built-in task split to learn from.")
-@click.option("--variants", default=1, show_default=True, help="Conversations per task.")
+@click.option("--variants", default=3, show_default=True, help="Conversations per task.")
 @click.option("--limit", type=int, default=None, help="Use only the first N tasks of the split.")
-@click.option("--steps", default=60, show_default=True, help="Optimizer steps.")
-@click.option("--batch", default=4, show_default=True, help="Conversations per step.")
+@click.option("--steps", default=400, show_default=True, help="Optimizer steps.")
+@click.option("--batch", default=8, show_default=True, help="Examples per step.")
 @click.option("--lr", default=2e-3, show_default=True, help="Peak learning rate (warmup, then cosine to 10%).")
 @click.option("--max-len", default=2048, show_default=True, help="Tokens kept per conversation.")
-@click.option("--window", default=0, show_default=True, help="N > 0: one N-token example per assistant turn.")
+@click.option(
+    "--window",
+    default=512,
+    show_default=True,
+    help="N > 0: one N-token example per assistant turn; 0: whole conversations.",
+)
 @click.option("--threads", default=1, show_default=True, help="torch CPU threads (0: torch's default).")
 @click.option(
     "--data",

@@ -169,7 +169,7 @@ def test_run_sft_writes_a_loadable_model(tmp_path: Path) -> None:
     from lego.models.chat import ChatFormat
     from lego.sft import run_sft
 
-    out = run_sft(SFTConfig(limit=2, steps=1, batch=1, max_len=1024), tmp_path / "warm", quiet=True)
+    out = run_sft(SFTConfig(limit=2, variants=1, steps=1, batch=1, window=256), tmp_path / "warm", quiet=True)
     meta = json.loads((out / "lego_sft.json").read_text())
     assert meta["conversations"] == 2 and len(meta["losses"]) == 1
     AutoModelForCausalLM.from_pretrained(str(out))
