@@ -128,8 +128,9 @@ def test_an_unreachable_proxy_is_a_labelled_failure_not_a_crash(
             ("127.0.0.1", 9), runner.policy.proxy.config,
         )
     )  # fmt: skip
-    assert outcome.result.reason in ("harness_error", "env_error"), outcome.result.logs[-2000:]
-    assert outcome.grade is None or outcome.grade.reward == 0.0
+    assert outcome.result.reason == "harness_error", outcome.result.logs[-2000:]
+    assert "chat completions failed" in outcome.result.logs
+    assert outcome.grade is not None and outcome.grade.reward == 0.0  # the empty diff, graded on the worker
 
 
 def test_without_ray_the_backend_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
