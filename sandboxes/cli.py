@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lego.types import Task
@@ -28,9 +29,9 @@ _err = Console(stderr=True)
 def _report_errors(source: BuiltinSource | JsonlSource) -> None:
     errors = getattr(source, "errors", [])
     for error in errors:
-        _err.print(f"[yellow]skipped:[/] {error}", highlight=False)
+        _err.print(f"[yellow]skipped:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
     if errors:
-        _err.print(f"[yellow]{len(errors)} malformed line(s) skipped[/]")
+        _err.print(f"[yellow]{len(errors)} malformed line(s) skipped[/]", soft_wrap=True)
 
 
 def _records(source: BuiltinSource | JsonlSource) -> list[Task]:
