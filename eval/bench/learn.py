@@ -93,7 +93,11 @@ def _plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> No
     pear = [(x, p) for x, p in pear if p is not None]
     if pear:
         axes[2].plot(*zip(*pear, strict=True), marker="o")
-    axes[2].set(title="rollout-train Pearson", xlabel="step")
+    axes[2].axhline(0.999, color="red", linestyle=":", label="0.999 (acceptance floor)")
+    low = min([p for _, p in pear] + [0.999])
+    axes[2].set(title="rollout-train Pearson", xlabel="step", ylim=(low - 0.0005, 1.0002))
+    axes[2].ticklabel_format(axis="y", useOffset=False)
+    axes[2].legend(fontsize=8)
     save_png(fig, path)
 
 
