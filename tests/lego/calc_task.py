@@ -30,8 +30,8 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, env=env).stdout
 
 
-def make_calc_tasks(root: Path, n: int = 2) -> Path:
-    """Write the repo under ``root/calc`` and ``n`` task records (same repo) to ``root/tasks.jsonl``."""
+def make_calc_task(root: Path, instance_id: str = "calc-0") -> Task:
+    """Write the repo under ``root/calc`` and return its task record (``repo_path`` set)."""
     repo = root / "calc"
     for rel, text in FILES.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -47,22 +47,24 @@ def make_calc_tasks(root: Path, n: int = 2) -> Path:
     test_patch = _git(repo, "diff")
     _git(repo, "rm", "-q", "--cached", HIDDEN)
     (repo / HIDDEN).unlink()
-    base = _git(repo, "rev-parse", "HEAD").strip()
-    rows = [
-        Task(
-            instance_id=f"calc-{i}",
-            repo="local/calc",
-            base_commit=base,
-            split="train",
-            problem_statement="`calc.add(2, 3)` returns -1; it should return the sum, 5.",
-            patch=patch,
-            test_patch=test_patch,
-            FAIL_TO_PASS=["tests/test_add.py::test_add"],
-            PASS_TO_PASS=["tests/test_mul.py::test_mul"],
-            repo_path=str(repo),
-        )
-        for i in range(n)
-    ]
+    return Task(
+        instance_id=instance_id,
+        repo="local/calc",
+        base_commit=_git(repo, "rev-parse", "HEAD").strip(),
+        split="train",
+        problem_statement="`calc.add(2, 3)` returns -1; it should return the sum, 5.",
+        patch=patch,
+        test_patch=test_patch,
+        FAIL_TO_PASS=["tests/test_add.py::test_add"],
+        PASS_TO_PASS=["tests/test_mul.py::test_mul"],
+        repo_path=str(repo),
+    )
+
+
+def make_calc_tasks(root: Path, n: int = 2) -> Path:
+    """``n`` task records sharing one repo, written to ``root/tasks.jsonl``."""
+    first = make_calc_task(root)
+    rows = [first.model_copy(update={"instance_id": f"calc-{i}"}) for i in range(n)]
     path = root / "tasks.jsonl"
     path.write_text("".join(r.model_dump_json() + "\n" for r in rows))
     return path
