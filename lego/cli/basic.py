@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from pydantic import BaseModel
 
 from lego import __version__
 from lego.config import load_config
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.command()
@@ -20,6 +24,18 @@ def version() -> None:
     click.echo(f"lego {__version__} (python {platform.python_version()}, torch {torch.__version__})")
 
 
+def override_option(example: str = "-o training.steps=3 -o algorithm.group_size=8") -> Callable[[F], F]:
+    """The ``-o KEY.SUB=VALUE`` option every config-driven command takes (dotted, repeatable)."""
+    return click.option(
+        "-o",
+        "--override",
+        "overrides",
+        multiple=True,
+        metavar="KEY.SUB=VALUE",
+        help=f"Dotted config override, repeatable, e.g. {example}.",
+    )
+
+
 @click.group("config")
 def config_group() -> None:
     """Inspect configuration files."""
@@ -27,14 +43,7 @@ def config_group() -> None:
 
 @config_group.command("show")
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
-@click.option(
-    "-o",
-    "--override",
-    "overrides",
-    multiple=True,
-    metavar="KEY.SUB=VALUE",
-    help="Dotted override, repeatable, e.g. -o training.steps=3 -o algorithm.group_size=8.",
-)
+@override_option()
 @click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True)
 def config_show(config: str | None, overrides: tuple[str, ...], fmt: str) -> None:
     """Print the merged configuration: CONFIG (default: the shipped embedded-default config)

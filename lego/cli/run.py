@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from lego.cli.basic import override_option
+
 __all__ = ["run"]
 
 
@@ -55,14 +57,7 @@ __all__ = ["run"]
     help="Where to write the trajectory JSON (default: runs/run-<task>-<harness>.json).",
 )
 @click.option("--unsafe-no-isolation", is_flag=True, help="Run without bubblewrap (disposable machines only).")
-@click.option(
-    "-o",
-    "--override",
-    "overrides",
-    multiple=True,
-    metavar="KEY.SUB=VALUE",
-    help="Further config overrides, e.g. -o harness.options={lego-agent={max_tokens=256}}.",
-)
+@override_option("-o harness.options={lego-agent={max_tokens=256}}")
 def run(
     harness_name: str,
     engine_kind: str,

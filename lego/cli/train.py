@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import click
 
+from lego.cli.basic import override_option
+
 __all__ = ["report", "train"]
 
 
 @click.command("train")
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
 @click.option("--resume", is_flag=True, help="Continue the run in training.out_dir after its last checkpoint.")
-@click.option(
-    "-o",
-    "--override",
-    "overrides",
-    multiple=True,
-    metavar="KEY.SUB=VALUE",
-    help="Dotted config override, repeatable (e.g. -o training.steps=3 -o training.out_dir=runs/a).",
-)
+@override_option("-o training.steps=3 -o training.out_dir=runs/a")
 @click.option(
     "--unsafe-no-isolation",
     is_flag=True,
