@@ -48,6 +48,7 @@ class SFTConfig(BaseModel):
 
     base: str = Field("tiny", description="'tiny' (build_tiny with `seed`) or an HF model directory.")
     seed: int = 0
+    source: str = Field("starter", description="task source to learn from (see `lego tasks list`).")
     split: str = "train"
     variants: int = Field(3, description="conversations per task (different exploration/recovery).")
     limit: int | None = Field(None, description="use only the first N tasks of the split.")
@@ -213,11 +214,13 @@ def run_sft(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from lego.sft_data import generate
-    from sandboxes.tasks.sources import BuiltinSource
+    from sandboxes.tasks.sources import BuiltinSource, load_source
 
     console = Console(stderr=True, quiet=quiet)
     t0 = time.monotonic()
-    source = BuiltinSource(cfg.split)
+    source = load_source(f"{cfg.source}:{cfg.split}")
+    if not isinstance(source, BuiltinSource):
+        raise LegoError(f"sft source {cfg.source!r}: use a shipped suite (starter or builtin)")
     records = source.records()[: cfg.limit] if cfg.limit else source.records()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with tempfile.TemporaryDirectory(prefix="lego-sft-base-") as scratch:

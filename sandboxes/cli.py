@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lego.types import Task
-from sandboxes.tasks import builtin
+from sandboxes.tasks import builtin, starter
 from sandboxes.tasks.sources import BuiltinSource, JsonlSource, load_source
 
 __all__ = ["tasks_group"]
@@ -87,6 +87,14 @@ def show_cmd(instance_id: str, source_spec: str, as_json: bool) -> None:
 
 
 @tasks_group.command("build")
+@click.option(
+    "--suite",
+    type=click.Choice(["builtin", "starter"]),
+    default="builtin",
+    show_default=True,
+    help="builtin: mutate the eight libraries and validate each bug with real test runs (minutes). "
+    "starter: generate the small one-module repos the embedded default trains on (seconds).",
+)
 @click.option("--seed", default=0, show_default=True, help="Seed for the order mutation sites are tried in.")
 @click.option("--workers", default=2, show_default=True, help="Concurrent test runs.")
 @click.option("--library", "libraries", multiple=True, type=click.Choice(sorted(builtin.LIBRARIES)), help="Only these.")
@@ -96,11 +104,33 @@ def show_cmd(instance_id: str, source_spec: str, as_json: bool) -> None:
 @click.option(
     "--cap-heldout", default=builtin.DEFAULT_CAPS["heldout"], show_default=True, help="Instances per held-out library."
 )
-@click.option("--output", type=click.Path(dir_okay=False), default=str(builtin.INSTANCES_PATH), show_default=True)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"Where to write [default: {builtin.INSTANCES_PATH.name} or {starter.STARTER_PATH.name} in the package].",
+)
 def build_cmd(
-    seed: int, workers: int, libraries: tuple[str, ...], cap_train: int, cap_heldout: int, output: str
+    suite: str,
+    seed: int,
+    workers: int,
+    libraries: tuple[str, ...],
+    cap_train: int,
+    cap_heldout: int,
+    output: str | None,
 ) -> None:
-    """Regenerate the built-in suite (deterministic for a given seed)."""
+    """Regenerate a shipped task suite (deterministic for a given seed)."""
+    if suite == "starter":
+        t0 = time.monotonic()
+        tasks = starter.build_starter(seed=seed)
+        builtin.write_instances(tasks, Path(output or starter.STARTER_PATH))
+        sizes = {s: sum(t.split == s for t in tasks) for s in starter.SPLIT_SIZES}
+        click.echo(
+            f"{len(tasks)} starter instances {sizes} written to {output or starter.STARTER_PATH} "
+            f"in {time.monotonic() - t0:.0f}s"
+        )
+        return
+    output = output or str(builtin.INSTANCES_PATH)
     names = list(libraries) or sorted(builtin.LIBRARIES)
     caps = {"train": cap_train, "heldout": cap_heldout}
     t0 = time.monotonic()

@@ -44,7 +44,7 @@ def _evaluate(cfg: Any, policies: dict[str, str], tasks: list[Any], out: Path, s
         task_ids=[t.instance_id for t in tasks],
         samples=samples,
         seed=seed,
-        tasks_source=f"builtin:{cfg.tasks.eval_split}",
+        tasks_source=f"{cfg.tasks.source}:{cfg.tasks.eval_split}",
         temperature=cfg.algorithm.temperature,
         max_turns=cfg.harness.max_turns,
         timeout_s=cfg.harness.timeout_s,
@@ -131,7 +131,7 @@ def run_bench(
             f"training.seed={seed}",
         ],
     )
-    tasks = load_tasks(f"builtin:{cfg.tasks.eval_split}", limit)
+    tasks = load_tasks(f"{cfg.tasks.source}:{cfg.tasks.eval_split}", limit)
     start_model = cfg.engine.model
     report: dict[str, Any] = {
         "minutes": minutes,

@@ -15,7 +15,13 @@ __all__ = ["sft"]
     "--base", default="tiny", show_default=True, help="'tiny' (a fresh tiny model from --seed) or an HF model dir."
 )
 @click.option("--seed", default=0, show_default=True, help="Seeds the base weights, the data and the order.")
-@click.option("--split", default="train", show_default=True, help="Built-in task split to learn from.")
+@click.option(
+    "--source",
+    default="starter",
+    show_default=True,
+    help="Shipped task suite to learn from: starter (the embedded default's) or builtin.",
+)
+@click.option("--split", default="train", show_default=True, help="Split of that suite to learn from.")
 @click.option("--variants", default=3, show_default=True, help="Conversations per task.")
 @click.option("--limit", type=int, default=None, help="Use only the first N tasks of the split.")
 @click.option("--steps", default=400, show_default=True, help="Optimizer steps.")
@@ -41,6 +47,7 @@ def sft(
     out_dir: Path,
     base: str,
     seed: int,
+    source: str,
     split: str,
     variants: int,
     limit: int | None,
@@ -65,6 +72,7 @@ def sft(
     cfg = SFTConfig(
         base=base,
         seed=seed,
+        source=source,
         split=split,
         variants=variants,
         limit=limit,

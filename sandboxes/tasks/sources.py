@@ -23,11 +23,11 @@ from pydantic import ValidationError
 
 from lego.errors import TaskError
 from lego.types import Task
-from sandboxes.tasks import builtin
+from sandboxes.tasks import builtin, starter
 from sandboxes.tasks.materialize import cached_repo
 from sandboxes.tasks.swebench_compat import REQUIRED_FIELDS
 
-__all__ = ["BuiltinSource", "JsonlSource", "load_source", "require_repo"]
+__all__ = ["BuiltinSource", "JsonlSource", "StarterSource", "load_source", "require_repo"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,34 @@ class BuiltinSource:
             if task.instance_id == instance_id:
                 return self.prepare(task)
         raise TaskError(f"no built-in task {instance_id!r}; list them with `lego tasks list builtin`")
+
+
+class StarterSource(BuiltinSource):
+    """The starter suite (``sandboxes/builtin/starter.jsonl``): generated one-module repos with precise
+    bug reports, sized for the embedded default policy (see :mod:`sandboxes.tasks.starter`)."""
+
+    name = "starter"
+
+    def __init__(self, split: str | None = None, path: Path | None = None) -> None:
+        super().__init__(split=split, path=path or starter.STARTER_PATH)
+
+    def splits(self) -> list[str]:
+        return list(starter.SPLIT_SIZES)
+
+    def _all(self) -> list[Task]:
+        if self._records is None and not self.path.exists():
+            raise TaskError(f"starter instances file {self.path} is missing; run `lego tasks build --suite starter`")
+        return super()._all()
+
+    def prepare(self, task: Task) -> Task:
+        path = cached_repo(task.instance_id, starter.source_dir(task), task.patch, task.test_patch, task.base_commit)
+        return task.model_copy(update={"repo_path": str(path)})
+
+    def get(self, instance_id: str) -> Task:
+        for task in self._all():
+            if task.instance_id == instance_id:
+                return self.prepare(task)
+        raise TaskError(f"no starter task {instance_id!r}; list them with `lego tasks list starter`")
 
 
 class JsonlSource:
@@ -209,13 +237,19 @@ class JsonlSource:
 
 
 def load_source(spec: str, repos_dir: str | Path | None = None) -> BuiltinSource | JsonlSource:
-    """``builtin``, ``builtin:SPLIT``, ``PATH.jsonl`` or ``PATH.jsonl:SPLIT`` -> a task source."""
+    """``builtin``, ``builtin:SPLIT``, ``starter``, ``starter:SPLIT``, ``PATH.jsonl`` or ``PATH.jsonl:SPLIT``
+    -> a task source."""
     head, sep, tail = spec.rpartition(":")
     if not sep or "/" in tail or tail.endswith((".jsonl", ".json")):
         head, tail = spec, ""
     if head == "builtin":
         return BuiltinSource(split=tail or None)
+    if head == "starter":
+        return StarterSource(split=tail or None)
     path = Path(head).expanduser()
     if path.suffix not in (".jsonl", ".json") and not path.exists():
-        raise TaskError(f"unknown task source {spec!r}; use builtin, builtin:train, builtin:heldout or a .jsonl file")
+        raise TaskError(
+            f"unknown task source {spec!r}; use builtin, builtin:train, builtin:heldout, starter, starter:train, "
+            "starter:heldout or a .jsonl file"
+        )
     return JsonlSource(path, split=tail or None, repos_dir=repos_dir)

@@ -1,0 +1,287 @@
+"""The starter suite: small generated repos with one precisely reported bug, sized for a 4 M-param policy.
+
+Why a second suite: the built-in suite (``builtin``) is eight hand-written libraries with mutation
+bugs and issues that describe only the symptom. That is the right difficulty for a real policy and
+far beyond a few-million-parameter model trained for minutes on a CPU, which solves none of them,
+so RL on it has no reward spread and learns nothing. The embedded default needs tasks it solves
+*sometimes*: this suite keeps the full agent loop (find the code, read it, edit it with an exact
+``str_replace``, submit; graded by hidden tests in a sandbox) and makes the diagnosis part of the
+report, the way a precise bug report does: it names the file, the function and the wrong operator
+("uses ``-`` where it should use ``+``"). What is left for the policy is reading the file, picking
+the right line inside the right function and copying it exactly with the one change.
+
+Each instance is its own repo: a package with one module of 3-5 small functions (arithmetic,
+comparisons, folds, counters, boolean logic) and a test file with one test per function. One
+operator in one function is swapped. The tests are hidden (``test_patch``); the failing test's
+first assertion and its actual value are quoted in the statement, computed by running the code.
+
+Held-out instances draw every identifier (package, module, function and variable names) from a
+word list disjoint from the train split's, so a held-out task is never seen in training, not even
+its names. Generation is deterministic from the seed; ``sandboxes/builtin/starter.jsonl`` is the
+shipped output of :func:`build_starter` (``lego tasks build --suite starter``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lego.errors import TaskError
+from lego.paths import cache_dir
+from lego.types import Task
+from sandboxes.tasks.diffs import file_diff, new_file_diff
+from sandboxes.tasks.materialize import materialize_repo
+
+__all__ = ["SPLIT_SIZES", "STARTER_PATH", "build_starter", "render_repo", "source_dir"]
+
+STARTER_PATH = Path(__file__).resolve().parent.parent / "builtin" / "starter.jsonl"
+SPLIT_SIZES = {"train": 400, "heldout": 120}
+
+# Disjoint vocabularies: a held-out repo shares no identifier with any train repo.
+_WORDS = {
+    "train": {
+        "pkg": ["ledger", "orbit", "quarry", "harbor", "lantern", "meadow", "tundra", "canyon", "beacon", "summit"],
+        "mod": ["core", "calc", "ops", "rules", "util", "math"],
+        "verb": ["add", "merge", "scale", "count", "pick", "check", "blend", "shift", "clip", "sum"],
+        "noun": ["price", "score", "level", "width", "speed", "weight", "stock", "rate", "total", "step"],
+        "var": ["x", "y", "a", "b", "value", "other", "left", "right", "first", "second", "amount", "delta"],
+        "seq": ["items", "values", "numbers", "parts"],
+        "acc": ["acc", "result", "out", "running"],
+        "elem": ["item", "v", "n", "part"],
+    },
+    "heldout": {
+        "pkg": ["falcon", "prism", "willow", "glacier", "ember", "cobalt", "thistle", "mosaic", "raven", "quill"],
+        "mod": ["logic", "helpers", "measure", "tools", "compute", "base"],
+        "verb": ["join", "fold", "grow", "tally", "choose", "probe", "mix", "move", "trim", "gather"],
+        "noun": ["cost", "grade", "depth", "height", "pace", "mass", "supply", "ratio", "load", "span"],
+        "var": ["p", "q", "m", "k", "lhs", "rhs", "base", "extra", "start", "stop", "size", "gap"],
+        "seq": ["elems", "entries", "data", "chunks"],
+        "acc": ["agg", "tot", "res", "current"],
+        "elem": ["e", "entry", "d", "chunk"],
+    },
+}
+
+# Operator -> the operators a bug may replace it with (the statement says which is right).
+_SWAPS = {
+    "+": ["-", "*"],
+    "-": ["+"],
+    "*": ["+"],
+    "<": ["<=", ">"],
+    "<=": ["<", ">="],
+    ">": [">=", "<"],
+    ">=": [">", "<="],
+    "==": ["!="],
+    "!=": ["=="],
+    "and": ["or"],
+    "or": ["and"],
+}
+
+
+@dataclass(frozen=True)
+class _Func:
+    name: str
+    source: str  # with the placeholder {OP} for the operator a bug may swap
+    op: str
+    params: tuple[str, ...]
+    kind: str  # "pair" (two numbers) or "seq" (a list and maybe a number)
+
+
+def _names(rng: random.Random, words: dict[str, list[str]], k: int) -> list[str]:
+    return rng.sample(words["var"], k)
+
+
+def _make_func(rng: random.Random, words: dict[str, list[str]], name: str) -> _Func:
+    kind = rng.choice(["arith", "scaled", "predicate", "choose", "fold", "count", "both"])
+    if kind == "arith":
+        a, b = _names(rng, words, 2)
+        op = rng.choice(["+", "-", "*"])
+        src = f"def {name}({a}, {b}):\n    return {a} {{OP}} {b}\n"
+        return _Func(name, src, op, (a, b), "pair")
+    if kind == "scaled":
+        a, b, c = _names(rng, words, 3)
+        op = rng.choice(["+", "-"])
+        k = rng.randint(2, 5)
+        src = f"def {name}({a}, {b}):\n    {c} = {a} {{OP}} {b}\n    return {c} * {k}\n"
+        return _Func(name, src, op, (a, b), "pair")
+    if kind == "predicate":
+        a, b = _names(rng, words, 2)
+        op = rng.choice(["<", "<=", ">", ">=", "==", "!="])
+        src = f"def {name}({a}, {b}):\n    return {a} {{OP}} {b}\n"
+        return _Func(name, src, op, (a, b), "pair")
+    if kind == "choose":
+        a, b = _names(rng, words, 2)
+        op = rng.choice(["<", "<=", ">", ">="])
+        src = f"def {name}({a}, {b}):\n    if {a} {{OP}} {b}:\n        return {a}\n    return {b}\n"
+        return _Func(name, src, op, (a, b), "pair")
+    if kind == "fold":
+        seq, acc, elem = rng.choice(words["seq"]), rng.choice(words["acc"]), rng.choice(words["elem"])
+        op = rng.choice(["+", "-", "*"])
+        init = 1 if op == "*" else 0
+        src = (
+            f"def {name}({seq}):\n    {acc} = {init}\n    for {elem} in {seq}:\n"
+            f"        {acc} = {acc} {{OP}} {elem}\n    return {acc}\n"
+        )
+        return _Func(name, src, op, (seq,), "seq")
+    if kind == "count":
+        seq, elem = rng.choice(words["seq"]), rng.choice(words["elem"])
+        (limit,) = _names(rng, words, 1)
+        acc = rng.choice(words["acc"])
+        op = rng.choice(["<", "<=", ">", ">=", "==", "!="])
+        src = (
+            f"def {name}({seq}, {limit}):\n    {acc} = 0\n    for {elem} in {seq}:\n"
+            f"        if {elem} {{OP}} {limit}:\n            {acc} += 1\n    return {acc}\n"
+        )
+        return _Func(name, src, op, (seq, limit), "seq")
+    a, b = _names(rng, words, 2)
+    op = rng.choice(["and", "or"])
+    src = f"def {name}({a}, {b}):\n    return {a} > 0 {{OP}} {b} > 0\n"
+    return _Func(name, src, op, (a, b), "pair")
+
+
+def _args(rng: random.Random, fn: _Func) -> tuple[Any, ...]:
+    if fn.kind == "seq":
+        seq = [rng.randint(-3, 9) for _ in range(rng.randint(2, 5))]
+        return (seq,) if len(fn.params) == 1 else (seq, rng.randint(0, 6))
+    return (rng.randint(-4, 12), rng.randint(-4, 12))
+
+
+def _call(fn: _Func, args: tuple[Any, ...]) -> str:
+    return f"{fn.name}({', '.join(repr(a) for a in args)})"
+
+
+def _run(source: str, fn: str, args: tuple[Any, ...]) -> Any:
+    scope: dict[str, Any] = {}
+    exec(compile(source, "<starter>", "exec"), scope)  # generated code, never user input
+    return scope[fn](*args)
+
+
+def render_repo(files: dict[str, str], dest: Path) -> None:
+    """Write an instance's fixed source tree (``metadata["files"]``) under ``dest``."""
+    for rel, text in files.items():
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def _instance(rng: random.Random, split: str, number: int, seed: int) -> Task:
+    words = _WORDS[split]
+    pkg, mod = rng.choice(words["pkg"]), rng.choice(words["mod"])
+    names: list[str] = []
+    count = rng.randint(3, 5)
+    while len(names) < count:
+        name = f"{rng.choice(words['verb'])}_{rng.choice(words['noun'])}"
+        if name not in names:
+            names.append(name)
+    funcs = [_make_func(rng, words, n) for n in names]
+    target = rng.randrange(len(funcs))
+    header = f'"""{pkg.replace("_", " ").capitalize()}: small helpers."""\n\n\n'
+    fixed = header + "\n\n".join(f.source.replace("{OP}", f.op) for f in funcs)
+    # Tests: two assertions per function; the target's first must fail under the bug. A swap that
+    # no input can detect (``a if a < b else b`` vs ``<=``) is skipped for the next candidate.
+    failing: tuple[Any, Any] | None = None
+    cases_of: dict[int, list[tuple[Any, ...]]] = {}
+    for bad in rng.sample(_SWAPS[funcs[target].op], len(_SWAPS[funcs[target].op])):
+        buggy = header + "\n\n".join(
+            f.source.replace("{OP}", bad if i == target else f.op) for i, f in enumerate(funcs)
+        )
+        for _attempt in range(200):
+            cases = [_args(rng, funcs[target]) for _ in range(2)]
+            got = _run(buggy, funcs[target].name, cases[0])
+            want = _run(fixed, funcs[target].name, cases[0])
+            if got != want:
+                failing, cases_of[target] = (got, want), cases
+                break
+        if failing:
+            break
+    if failing is None:
+        raise TaskError(f"starter {split} #{number}: no detectable bug in {funcs[target].name}")
+    tests: list[str] = []
+    for i, fn in enumerate(funcs):
+        cases = cases_of.get(i) or [_args(rng, fn) for _ in range(2)]
+        body = "".join(f"    assert {_call(fn, c)} == {_run(fixed, fn.name, c)!r}\n" for c in cases)
+        tests.append(f"def test_{fn.name}():\n{body}")
+    assert failing is not None
+    module_path, test_path = f"{pkg}/{mod}.py", f"tests/test_{mod}.py"
+    test_src = f"from {pkg}.{mod} import {', '.join(f.name for f in funcs)}\n\n\n" + "\n\n".join(tests)
+    fn = funcs[target]
+    got, want = failing
+    first_test = tests[target].splitlines()
+    statement = (
+        f"`{fn.name}` returns a wrong result\n\n"
+        f"In `{module_path}`, `{fn.name}` uses `{bad}` where it should use `{fn.op}`.\n"
+        "This check from the test suite fails:\n\n"
+        f"```python\n{first_test[0]}\n{first_test[1]}\n```\n\n"
+        f"Running `{test_path}::test_{fn.name}` gives:\n\n"
+        f"```\nAssertionError: assert {got!r} == {want!r}\n```\n\n"
+        "Expected: the check passes.\n"
+    )
+    pyproject = (
+        f'[project]\nname = "{pkg}"\nversion = "1.0.0"\nrequires-python = ">=3.10"\n\n'
+        '[tool.pytest.ini_options]\npythonpath = ["."]\ntestpaths = ["tests"]\naddopts = "-p no:cacheprovider"\n'
+    )
+    files = {"pyproject.toml": pyproject, f"{pkg}/__init__.py": "", module_path: fixed, test_path: test_src}
+    instance_id = f"lego-starter__{split}-{number:04d}"
+    return Task(
+        instance_id=instance_id,
+        repo=f"lego-starter/{pkg}",
+        problem_statement=statement,
+        patch=file_diff(module_path, buggy, fixed),
+        test_patch=new_file_diff(test_path, test_src),
+        FAIL_TO_PASS=[f"{test_path}::test_{fn.name}"],
+        PASS_TO_PASS=[f"{test_path}::test_{f.name}" for i, f in enumerate(funcs) if i != target],
+        version="1.0.0",
+        created_at="2026-01-01T00:00:00+00:00",
+        test_cmd="python -m pytest",
+        split=split,
+        metadata={
+            "family": "starter",
+            "library": pkg,
+            "file": module_path,
+            "function": fn.name,
+            "mutation_kind": f"{fn.op} -> {bad}",
+            "seed": seed,
+            "files": files,
+        },
+    )
+
+
+def source_dir(task: Task) -> Path:
+    """The instance's fixed source tree, written once under the cache (atomically: temp dir + rename)."""
+    files = task.metadata.get("files")
+    if not isinstance(files, dict):
+        raise TaskError(f"task {task.instance_id}: a starter instance needs metadata.files; rebuild the suite")
+    final = cache_dir() / "starter-src" / task.instance_id
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{task.instance_id}.", dir=final.parent))
+    try:
+        render_repo(files, scratch / "src")
+        try:
+            os.rename(scratch / "src", final)
+        except OSError:
+            if not final.is_dir():
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return final
+
+
+def build_starter(seed: int = 0, sizes: dict[str, int] | None = None) -> list[Task]:
+    """All starter instances (train then held-out), deterministic in ``seed``, with ``base_commit`` set
+    (each repo is materialised once in a scratch dir to compute it; materialising is deterministic)."""
+    out: list[Task] = []
+    for split, size in {**SPLIT_SIZES, **(sizes or {})}.items():
+        rng = random.Random(f"starter:{seed}:{split}")
+        for n in range(1, size + 1):
+            task = _instance(rng, split, n, seed)
+            with tempfile.TemporaryDirectory(prefix="lego-starter-") as tmp:
+                render_repo(task.metadata["files"], Path(tmp) / "src")
+                commit = materialize_repo(Path(tmp) / "src", task.patch, task.test_patch, Path(tmp) / "repo")
+            out.append(task.model_copy(update={"base_commit": commit}))
+    return out

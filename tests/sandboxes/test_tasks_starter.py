@@ -1,0 +1,96 @@
+"""The starter suite: deterministic generation, unseen held-out names, real validation, source spec, CLI."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lego.types import Task
+from sandboxes.cli import tasks_group
+from sandboxes.tasks import starter
+from sandboxes.tasks.sources import StarterSource, load_source
+from sandboxes.tasks.validate import validate_task
+
+
+@pytest.fixture(scope="module")
+def records() -> list[Task]:
+    return StarterSource().records()
+
+
+@pytest.fixture()
+def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LEGO_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_shipped_file_is_the_generator_output(records: list[Task]):
+    """The JSONL in the package is exactly what `lego tasks build --suite starter` writes (seed 0)."""
+    fresh = starter.build_starter(seed=0, sizes={"train": 5, "heldout": 5})
+    shipped = {t.instance_id: t for t in records}
+    for task in fresh:
+        assert shipped[task.instance_id].model_dump() == task.model_dump()
+    assert {s: sum(t.split == s for t in records) for s in ("train", "heldout")} == starter.SPLIT_SIZES
+
+
+def _identifiers(task: Task) -> set[str]:
+    src = task.metadata["files"][task.metadata["file"]]
+    names = set(re.findall(r"\b[a-z_][a-z0-9_]*\b", src)) | {task.metadata["library"]}
+    return names - {"def", "return", "if", "for", "in", "and", "or", "small", "helpers"}
+
+
+def test_heldout_shares_no_identifier_with_train(records: list[Task]):
+    train = set().union(*(_identifiers(t) for t in records if t.split == "train"))
+    heldout = set().union(*(_identifiers(t) for t in records if t.split == "heldout"))
+    assert not train & heldout, sorted(train & heldout)
+
+
+def test_statement_names_file_function_and_operators_but_not_the_line(records: list[Task]):
+    for task in records[:50]:
+        fn, path = task.metadata["function"], task.metadata["file"]
+        good, bad = task.metadata["mutation_kind"].split(" -> ")
+        assert f"In `{path}`, `{fn}` uses `{bad}` where it should use `{good}`." in task.problem_statement
+        fixed_line = next(line[1:] for line in task.patch.splitlines() if line.startswith("+") and "+++" not in line)
+        assert fixed_line not in task.problem_statement
+        assert task.FAIL_TO_PASS == [f"tests/test_{path.split('/')[1]}::test_{fn}"]
+
+
+def test_source_specs():
+    assert isinstance(load_source("starter:heldout"), StarterSource)
+    assert {t.split for t in load_source("starter:train").records()} == {"train"}
+    with pytest.raises(Exception, match="valid splits: train, heldout"):
+        StarterSource("test")
+
+
+def test_materialised_repo_hides_tests_and_carries_the_bug(records: list[Task], isolated_cache: Path):
+    task = StarterSource().prepare(records[0])
+    repo = Path(task.repo_path or "")
+    assert not list(repo.glob("tests/*.py"))
+    module = (repo / task.metadata["file"]).read_text()
+    removed = next(line[1:] for line in task.patch.splitlines() if line.startswith("-") and "---" not in line)
+    assert removed in module
+
+
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_gold_resolves_and_base_fails_in_the_real_sandbox(records: list[Task], isolated_cache: Path, split: str):
+    task = next(t for t in records if t.split == split)
+    result = validate_task(StarterSource().prepare(task), use_grader=True)
+    assert result.ok, result.reason
+
+
+def test_every_instance_validates_without_sandbox(records: list[Task], isolated_cache: Path):
+    """Gold passes, base fails FAIL_TO_PASS and keeps PASS_TO_PASS, for a sample of both splits (plain pytest)."""
+    sample = [t for t in records if t.split == "train"][::80] + [t for t in records if t.split == "heldout"][::40]
+    for task in sample:
+        result = validate_task(StarterSource().prepare(task), use_grader=False)
+        assert result.ok, (task.instance_id, result.reason)
+
+
+def test_cli_build_writes_the_same_file(tmp_path: Path, records: list[Task]):
+    out = tmp_path / "starter.jsonl"
+    result = CliRunner().invoke(tasks_group, ["build", "--suite", "starter", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "520 starter instances" in result.output
+    assert out.read_text() == starter.STARTER_PATH.read_text()
