@@ -60,6 +60,11 @@ class EngineConfig(_Section):
     vllm_api_key: str | None = None
     request_timeout_s: float = Field(600.0, gt=0)
     seed: int = 0
+    prefix_cache: bool = Field(
+        True,
+        description="transformers engine: keep the KV of the prompt prefix shared by recent requests (an agent's "
+        "system prompt and tools) and prefill only what follows it. Invalidated by every weight update.",
+    )
 
 
 class ProxyConfig(_Section):
@@ -128,7 +133,11 @@ class HarnessConfig(_Section):
 class TasksConfig(_Section):
     """Where tasks come from."""
 
-    source: str = Field("builtin", description="'builtin' or a path to a SWE-bench-format JSONL file.")
+    source: str = Field(
+        "builtin",
+        description="'builtin' (eight libraries, issue-only reports), 'starter' (generated one-module repos with "
+        "precise reports: the embedded default's suite) or a path to a SWE-bench-format JSONL file.",
+    )
     split: str = Field("train", description="Split to sample training tasks from.")
     eval_split: str = Field("heldout", description="Split used for validation.")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")

@@ -8,6 +8,12 @@ leave the batch and its KV cache; requests arriving mid-batch are prefilled and 
 cache left-padded to the batch's length), so a short request never waits for a long one. A weight
 swap stops admissions; the batch drains and the swap happens between batches.
 
+Shared-prefix cache (``prefix_cache=True``): every request of an agent starts with the same system
+prompt and tool schemas (659 tokens for lego-agent, most of a turn's prompt). The engine keeps the
+longest common prefix of its recent prompts with its KV (computed once per ``policy_version``), and a
+batch whose prompts all extend it prefills only the rest: row layout ``[prefix][left pad][suffix]``,
+with the attention mask and explicit position ids making the padding invisible, as in the plain path.
+
 What the logprobs mean, exactly: for each sampled token, ``log_softmax(logits / T)[token]`` where
 ``logits`` are the model's raw fp32 logits and ``T`` the request's temperature, computed BEFORE
 top-k / top-p truncation (truncation only decides which tokens may be drawn). For ``T == 0``
@@ -23,6 +29,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +47,28 @@ from lego.types import Generation, RequestContext, SamplingParams
 __all__ = ["TransformersEngine"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_PREFIX_WINDOW = 8  # prompts whose common prefix is cached
+_PREFIX_MIN = 64  # tokens: a shorter common prefix is not worth a cache
+
+
+class _Prefix:
+    """The KV of ``ids`` under the weights of ``version``: one (keys, values) pair per layer, batch 1."""
+
+    def __init__(self, ids: list[int], version: int, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.ids, self.version, self.layers = ids, version, layers
+
+    def fits(self, prompt: list[int]) -> bool:
+        return len(prompt) > len(self.ids) and prompt[: len(self.ids)] == self.ids
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    first = prompts[0]
+    n = min(len(p) for p in prompts)
+    for i in range(n):
+        tok = first[i]
+        if any(p[i] != tok for p in prompts[1:]):
+            return i
+    return n
 
 
 class TransformersEngine:
@@ -60,6 +89,7 @@ class TransformersEngine:
         max_model_len: int | None = None,
         seed: int = 0,
         num_threads: int | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
 
@@ -110,6 +140,10 @@ class TransformersEngine:
         }
         self._pause_lock = threading.Lock()
         self._pause_requests = 0  # > 0 while load_weights/paused() wait: the running batch stops admitting
+        self.prefix_cache = prefix_cache
+        self._recent: deque[list[int]] = deque(maxlen=_PREFIX_WINDOW)  # recent prompts (worker thread only)
+        self._prefix: _Prefix | None = None
+        self.stats.update(prefix_hits=0, prefix_builds=0, prefix_tokens_saved=0)
 
     @classmethod
     def from_config(cls, cfg: EngineConfig) -> TransformersEngine:
@@ -120,6 +154,7 @@ class TransformersEngine:
             max_batch_size=cfg.max_batch_size,
             max_model_len=cfg.max_model_len,
             seed=cfg.seed,
+            prefix_cache=cfg.prefix_cache,
         )
 
     def _eos_ids(self, path: Path, generation_config_cls: Any) -> list[int]:
@@ -307,10 +342,42 @@ class TransformersEngine:
         )
         return out.logits[:, -1, :].float()  # (B, V)
 
+    def _shared_prefix(self, requests: list[PendingRequest]) -> _Prefix | None:
+        """The cached prefix every prompt of ``requests`` extends, (re)built when the weights changed or
+        the recent prompts share a different one; None when there is none worth using."""
+        for r in requests:
+            self._recent.append(r.prompt_ids)
+        if not self.prefix_cache or len(self._recent) < 2:
+            return None
+        prefix = self._prefix
+        if prefix is None or not all(prefix.fits(r.prompt_ids) for r in requests):
+            n = _common_prefix(list(self._recent))
+            if n < _PREFIX_MIN:
+                return None
+            ids = list(self._recent[0][:n])
+            if not all(len(r.prompt_ids) > n and r.prompt_ids[:n] == ids for r in requests):
+                return None
+            prefix = _Prefix(ids, -1, [])
+        if prefix.version != self.policy_version:
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+            ids_t = torch.tensor([prefix.ids], device=self.device)
+            self.model(input_ids=ids_t, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+            cached: Any = cache.layers
+            layers = [(layer.keys.clone(), layer.values.clone()) for layer in cached]
+            prefix = _Prefix(prefix.ids, self.policy_version, layers)
+            self.stats["prefix_builds"] += 1
+        self._prefix = prefix
+        return prefix
+
     def _prefill(self, requests: list[PendingRequest]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
         """Left-pad ``requests`` into one batch and run the prompt: (logits, mask, next_pos, cache)."""
         from transformers import DynamicCache
 
+        prefix = self._shared_prefix(requests)
+        if prefix is not None:
+            return self._prefill_after(prefix, requests)
         dev = self.device
         width = max(len(r.prompt_ids) for r in requests)
         ids = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
@@ -322,6 +389,31 @@ class TransformersEngine:
         ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
         cache = DynamicCache()
         logits = self._forward(ids, mask, positions, cache)  # (B, V)
+        return logits, mask, positions[:, -1:] + 1, cache
+
+    def _prefill_after(
+        self, prefix: _Prefix, requests: list[PendingRequest]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """``_prefill`` for prompts that all extend ``prefix``: only the suffixes run through the model."""
+        from transformers import DynamicCache
+
+        dev, n, b = self.device, len(prefix.ids), len(requests)
+        suffixes = [r.prompt_ids[n:] for r in requests]
+        width = max(len(s) for s in suffixes)
+        ids = torch.full((b, width), self.pad_token_id, dtype=torch.long)
+        tail = torch.zeros((b, width), dtype=torch.long)
+        for i, suffix in enumerate(suffixes):
+            ids[i, width - len(suffix) :] = torch.tensor(suffix)
+            tail[i, width - len(suffix) :] = 1
+        positions = (n + tail.cumsum(-1) - 1).clamp(min=n)
+        mask = torch.cat([torch.ones((b, n), dtype=torch.long), tail], dim=-1)
+        ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
+        cache = DynamicCache()
+        for layer, (keys, values) in enumerate(prefix.layers):
+            cache.update(keys.expand(b, -1, -1, -1).contiguous(), values.expand(b, -1, -1, -1).contiguous(), layer)
+        logits = self._forward(ids, mask, positions, cache)
+        self.stats["prefix_hits"] += b
+        self.stats["prefix_tokens_saved"] += b * n
         return logits, mask, positions[:, -1:] + 1, cache
 
     def _take_waiting(self, limit: int) -> list[PendingRequest]:

@@ -252,3 +252,57 @@ def test_cuda_bf16_batched_logprobs_track_teacher_forcing(tiny_model_dir, chat_f
     b = np.exp(np.concatenate(ref))
     assert np.corrcoef(a, b)[0, 1] >= 0.99
     asyncio.run(engine.close())
+
+
+def _agent_prompts(chat_format, n: int) -> list[list[int]]:
+    """Prompts that share a long system prompt (like an agent's), then differ."""
+    system = "You are a careful engineer. Use the tools; call exactly one per reply. " * 6
+    return [
+        chat_format.render(
+            [{"role": "system", "content": system}, {"role": "user", "content": f"task {i}: " + "y" * (3 * i)}],
+            add_generation_prompt=True,
+        )
+        for i in range(n)
+    ]
+
+
+def test_shared_prefix_cache_is_exact_and_hits(tiny_model_dir, chat_format) -> None:
+    """Prompts extending a common prefix prefill only their suffix; logprobs and tokens are unchanged."""
+    cached = TransformersEngine(tiny_model_dir, max_batch_size=8)
+    plain = TransformersEngine(tiny_model_dir, max_batch_size=8, prefix_cache=False)
+    prompts = _agent_prompts(chat_format, 6)
+
+    async def run(engine: TransformersEngine) -> list:
+        return await asyncio.gather(
+            *[engine.generate(p, SamplingParams(max_tokens=12, seed=i)) for i, p in enumerate(prompts)]
+        )
+
+    first, second, reference = asyncio.run(run(cached)), asyncio.run(run(cached)), asyncio.run(run(plain))
+    assert cached.stats["prefix_builds"] == 1 and cached.stats["prefix_hits"] >= 6
+    assert cached.stats["prefix_tokens_saved"] >= 6 * 64 and plain.stats["prefix_hits"] == 0
+    for prompt, a, b, ref in zip(prompts, first, second, reference, strict=True):
+        assert a.token_ids == b.token_ids == ref.token_ids
+        assert_matches(b.logprobs, teacher_forced(cached.model, prompt, b.token_ids))
+        assert_matches(b.logprobs, ref.logprobs)
+    asyncio.run(cached.close())
+    asyncio.run(plain.close())
+
+
+def test_prefix_cache_is_rebuilt_after_a_weight_update(tiny_model_dir, chat_format) -> None:
+    engine = TransformersEngine(tiny_model_dir, max_batch_size=8)
+    prompts = _agent_prompts(chat_format, 3)
+
+    async def run() -> list:
+        return await asyncio.gather(
+            *[engine.generate(p, SamplingParams(max_tokens=6, seed=i)) for i, p in enumerate(prompts)]
+        )
+
+    asyncio.run(run())
+    state = {k: v * 0.5 for k, v in engine.model.state_dict().items() if k.endswith("mlp.down_proj.weight")}
+    engine.load_weights(state)
+    gens = asyncio.run(run())
+    assert engine.stats["prefix_builds"] == 2
+    for prompt, gen in zip(prompts, gens, strict=True):
+        assert gen.policy_version == 1
+        assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids))
+    asyncio.run(engine.close())
