@@ -143,34 +143,61 @@ def _call(turn: int, name: str, args: dict[str, Any]) -> Message:
     }
 
 
+# How often each optional move appears (per task family).
+_STYLE = {
+    "default": {"ls": 0.4, "grep": 0.6, "grep_symbol": 0.5, "check": 0.35, "range": 0.6, "fail": 0.25, "recheck": 0.4},
+}
+
+
+STARTER_FIND = "grep -rl --include='*.py' def ."
+"""The starter plan's first move: list the modules that define something (one per starter repo)."""
+
+
+def _starter_plan(fp: FilePatch, rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
+    """Starter tasks: find the module, view it, swap the operator on the buggy line, submit. Every
+    argument is read from the observation just before it (the path from ``grep -l``, the line from the
+    view), the distances a few-million-parameter model learns to copy across."""
+    path = f"./{fp.path}"
+    view: dict[str, Any] = {"command": "view", "path": path}
+    fix = {"command": "str_replace", "path": path, "old_str": fp.old_str, "new_str": fp.new_str}
+    calls: list[tuple[str, dict[str, Any]]] = [("bash", {"command": STARTER_FIND}), ("str_replace_editor", view)]
+    if rng.random() < 0.1:
+        calls.append(("str_replace_editor", {**fix, "old_str": _wrong_old(fp, rng)}))
+        calls.append(("str_replace_editor", view))
+    return [*calls, ("str_replace_editor", fix), ("submit", {})]
+
+
 def _plan(task: Task, fp: FilePatch, rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
     """The tool calls of one conversation (before execution)."""
+    if task.metadata.get("family") == "starter":
+        return _starter_plan(fp, rng)
+    odds = _STYLE.get(str(task.metadata.get("family")), _STYLE["default"])
     pkg = fp.path.split("/")[0]
     fn = str(task.metadata.get("function") or "").split(".")[-1]
     syms = _symbols(task)
     explore: list[tuple[str, dict[str, Any]]] = []
-    if rng.random() < 0.4:
+    if rng.random() < odds["ls"]:
         explore.append(("bash", {"command": rng.choice(["ls", f"ls {pkg}", "ls -R " + pkg])}))
-    if fn and rng.random() < 0.6:
+    if fn and rng.random() < odds["grep"]:
         explore.append(("bash", {"command": f"grep -n 'def {fn}' {fp.path}"}))
-    elif syms and rng.random() < 0.5:
+    elif syms and rng.random() < odds["grep_symbol"]:
         explore.append(("bash", {"command": f"grep -rn '{rng.choice(syms).split('.')[-1]}' {pkg} | head -n 20"}))
     check = _check_script(task)
-    if check and rng.random() < 0.35:
+    if check and rng.random() < odds["check"]:
         explore.insert(rng.randrange(len(explore) + 1), ("bash", {"command": check}))
     n_lines = len(fp.before.splitlines())
     view: dict[str, Any] = {"command": "view", "path": fp.path}
-    if n_lines > 60 or rng.random() < 0.6:
+    if n_lines > 60 or rng.random() < odds["range"]:
         lo = max(1, fp.line - rng.randint(2, 10))
         view["view_range"] = [lo, min(n_lines, fp.line + fp.old_str.count("\n") + rng.randint(2, 10))]
     calls = [*explore, ("str_replace_editor", view)]
     fix = {"command": "str_replace", "path": fp.path, "old_str": fp.old_str, "new_str": fp.new_str}
-    if rng.random() < 0.25:
+    if rng.random() < odds["fail"]:
         calls.append(("str_replace_editor", {**fix, "old_str": _wrong_old(fp, rng)}))
         if rng.random() < 0.5:
             calls.append(("str_replace_editor", view))
     calls.append(("str_replace_editor", fix))
-    if check and rng.random() < 0.4:
+    if check and rng.random() < odds["recheck"]:
         calls.append(("bash", {"command": check}))
     calls.append(("submit", {}))
     return calls

@@ -169,7 +169,11 @@ def _prune_checkpoints(run: RunDir) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _load_tasks(cfg: LegoConfig, split: str) -> list[Task]:
+def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[Task], Callable[[Task], Task]]:
+    """The split's tasks and the function that makes one ready to run (materialises its repo).
+
+    ``lazy``: shipped suites (builtin, starter) come back as records and are materialised when a step
+    picks them, so a 1000-task split does not cost a minute of git before the first step."""
     from sandboxes.tasks.sources import BuiltinSource, load_source
 
     spec = (
@@ -185,8 +189,14 @@ def _load_tasks(cfg: LegoConfig, split: str) -> list[Task]:
     if not tasks:
         raise ConfigError(f"tasks.source={cfg.tasks.source!r} split {split!r} holds no tasks")
     if isinstance(source, BuiltinSource):
-        tasks = [source.prepare(t) for t in tasks]
-    return tasks
+        if not lazy:
+            return [source.prepare(t) for t in tasks], _ready
+        return tasks, source.prepare
+    return tasks, _ready
+
+
+def _ready(task: Task) -> Task:
+    return task
 
 
 def _rollouts(
@@ -287,7 +297,7 @@ def train(
     run, ckpt = _prepare_run(cfg, resume)
     t_setup = time.monotonic()
     with console.status("loading the policy, the trainer and the tasks"):
-        tasks = _load_tasks(cfg, cfg.tasks.split)
+        tasks, prepare = _load_tasks(cfg, cfg.tasks.split, lazy=True)
         trainer = Trainer.from_config(cfg)
         last_line = None
         if ckpt is not None:
@@ -308,7 +318,7 @@ def train(
         runner = RolloutRunner(cfg, policy)
         val_tasks: list[Task] = []
         if cfg.training.eval_every:
-            val_tasks = _load_tasks(
+            val_tasks, _ = _load_tasks(
                 cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"limit": cfg.eval.limit})}),
                 cfg.tasks.eval_split,
             )
@@ -316,9 +326,8 @@ def train(
             t0 = time.monotonic()
             step_dir = run.trajectories(step)
             shutil.rmtree(step_dir, ignore_errors=True)  # a step killed midway is redone from scratch
-            trajs = _rollouts(
-                runner, cfg, _step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed), step, console
-            )
+            picked = _step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
+            trajs = _rollouts(runner, cfg, [prepare(t) for t in picked], step, console)
             t_roll = time.monotonic() - t0
             for i, t in enumerate(trajs):
                 atomic_write_text(step_dir / f"{i:03d}-{t.task_id}.json", t.model_dump_json())

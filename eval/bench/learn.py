@@ -109,6 +109,7 @@ def run_bench(
     seed: int,
     config: str | None = None,
     overrides: tuple[str, ...] = (),
+    eval_seed: int | None = None,
 ) -> dict[str, Any]:
     """The whole benchmark (see the module doc); returns the report also written to ``learn.json``."""
     from rich.console import Console
@@ -121,6 +122,7 @@ def run_bench(
 
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
+    eval_seed = seed if eval_seed is None else eval_seed
     cfg = load_config(
         config,
         [
@@ -139,12 +141,13 @@ def run_bench(
         "tasks": len(tasks),
         "samples": samples,
         "seed": seed,
+        "eval_seed": eval_seed,
         "before": None,
         "after": None,
     }
     t0 = time.monotonic()
     console.print(f"[1/3] held-out pass@1 of the start policy: {len(tasks)} tasks x {samples} samples")
-    before = _evaluate(cfg, {"start": start_model}, tasks, out / "eval", samples, seed)
+    before = _evaluate(cfg, {"start": start_model}, tasks, out / "eval", samples, eval_seed)
     report["before"] = _cell(before, "start")
     report["eval_before_s"] = round(time.monotonic() - t0, 1)
     console.print(f"      pass@1 {report['before']['pass1']:.3f} {report['before']['ci95']}")
@@ -170,7 +173,7 @@ def run_bench(
         ckpt = str(latest)
         console.print(f"[3/3] held-out pass@1 after {len(steps)} steps ({ckpt})")
         t_after = time.monotonic()
-        after = _evaluate(cfg, {"start": start_model, "trained": ckpt}, tasks, out / "eval", samples, seed)
+        after = _evaluate(cfg, {"start": start_model, "trained": ckpt}, tasks, out / "eval", samples, eval_seed)
         report["after"] = _cell(after, "trained")
         report["after_checkpoint"] = ckpt
         report["eval_after_s"] = round(time.monotonic() - t_after, 1)
@@ -202,7 +205,14 @@ def run_bench(
               show_default=True)  # fmt: skip
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="Held-out tasks evaluated.")
 @click.option("--samples", type=click.IntRange(min=1), default=4, show_default=True, help="Samples per task.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Training seed and eval base seed.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Training seed (and eval seed by default).")
+@click.option(
+    "--eval-seed",
+    type=int,
+    default=None,
+    help="Eval base seed (default: --seed). Two training seeds with one eval seed share the start policy's "
+    "samples: copy OUT/eval of the first run into the second's OUT to skip re-evaluating it.",
+)
 @click.option(
     "--config",
     type=click.Path(exists=True, dir_okay=False),
@@ -211,8 +221,15 @@ def run_bench(
 )
 @click.option("-o", "overrides", multiple=True, metavar="KEY=VALUE", help="Config override (repeatable).")
 def command(
-    minutes: float, out_dir: Path, limit: int, samples: int, seed: int, config: str | None, overrides: tuple[str, ...]
+    minutes: float,
+    out_dir: Path,
+    limit: int,
+    samples: int,
+    seed: int,
+    eval_seed: int | None,
+    config: str | None,
+    overrides: tuple[str, ...],
 ) -> None:
     """Held-out pass@1 before and after `lego train` runs for --minutes (JSON + PNG in --out)."""
-    report = run_bench(out_dir, minutes, limit, samples, seed, config, overrides)
+    report = run_bench(out_dir, minutes, limit, samples, seed, config, overrides, eval_seed=eval_seed)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "per_step"}, indent=1))

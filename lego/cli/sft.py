@@ -22,19 +22,19 @@ __all__ = ["sft"]
     help="Shipped task suite to learn from: starter (the embedded default's) or builtin.",
 )
 @click.option("--split", default="train", show_default=True, help="Split of that suite to learn from.")
-@click.option("--variants", default=3, show_default=True, help="Conversations per task.")
+@click.option("--variants", default=2, show_default=True, help="Conversations per task.")
 @click.option("--limit", type=int, default=None, help="Use only the first N tasks of the split.")
-@click.option("--steps", default=400, show_default=True, help="Optimizer steps.")
+@click.option("--steps", default=300, show_default=True, help="Optimizer steps.")
 @click.option("--batch", default=8, show_default=True, help="Examples per step.")
 @click.option("--lr", default=2e-3, show_default=True, help="Peak learning rate (warmup, then cosine to 10%).")
 @click.option("--max-len", default=2048, show_default=True, help="Tokens kept per conversation.")
 @click.option(
     "--window",
-    default=512,
+    default=0,
     show_default=True,
     help="N > 0: one N-token example per assistant turn; 0: whole conversations.",
 )
-@click.option("--threads", default=1, show_default=True, help="torch CPU threads (0: torch's default).")
+@click.option("--threads", default=2, show_default=True, help="torch CPU threads (0: torch's default).")
 @click.option(
     "--data",
     "data_in",
@@ -60,12 +60,13 @@ def sft(
     data_out: Path | None,
     data_in: Path | None,
 ) -> None:
-    """Fine-tune a policy on lego-agent conversations that fix built-in tasks (loss on assistant tokens).
+    """Fine-tune a policy on lego-agent conversations that fix tasks (loss on assistant tokens).
 
     \b
     The conversations come from lego.sft_data: planned from each task's gold patch and executed
     by the lego-agent's own tools on a copy of the repo, so observations are real. Same seed,
-    same torch and thread count: same weights.
+    same torch and thread count: same weights. The defaults rebuild the shipped warm start:
+      lego sft --out lego/models/warm
     """
     from lego.sft import SFTConfig, run_sft
 

@@ -15,14 +15,16 @@ comparisons, folds, counters, boolean logic) and a test file with one test per f
 operator in one function is swapped. The tests are hidden (``test_patch``); the failing test's
 first assertion and its actual value are quoted in the statement, computed by running the code.
 
-Held-out instances draw every identifier (package, module, function and variable names) from a
-word list disjoint from the train split's, so a held-out task is never seen in training, not even
-its names. Generation is deterministic from the seed; ``sandboxes/builtin/starter.jsonl`` is the
+Package and function names are two words drawn from a pool of ~200 (so there are far too many to
+memorise: a policy must read them from the issue and the code), and no held-out package or function
+name occurs in the train split, so a held-out task is never seen in training, not even its names. Generation is deterministic from the seed; ``sandboxes/builtin/starter.jsonl`` is the
 shipped output of :func:`build_starter` (``lego tasks build --suite starter``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import shutil
@@ -40,46 +42,28 @@ from sandboxes.tasks.materialize import materialize_repo
 __all__ = ["SPLIT_SIZES", "STARTER_PATH", "build_starter", "render_repo", "source_dir"]
 
 STARTER_PATH = Path(__file__).resolve().parent.parent / "builtin" / "starter.jsonl"
-SPLIT_SIZES = {"train": 400, "heldout": 120}
+SPLIT_SIZES = {"train": 600, "heldout": 120}
 
-# Disjoint vocabularies: a held-out repo shares no identifier with any train repo.
-_WORDS = {
-    "train": {
-        "pkg": ["ledger", "orbit", "quarry", "harbor", "lantern", "meadow", "tundra", "canyon", "beacon", "summit"],
-        "mod": ["core", "calc", "ops", "rules", "util", "math"],
-        "verb": ["add", "merge", "scale", "count", "pick", "check", "blend", "shift", "clip", "sum"],
-        "noun": ["price", "score", "level", "width", "speed", "weight", "stock", "rate", "total", "step"],
-        "var": ["x", "y", "a", "b", "value", "other", "left", "right", "first", "second", "amount", "delta"],
-        "seq": ["items", "values", "numbers", "parts"],
-        "acc": ["acc", "result", "out", "running"],
-        "elem": ["item", "v", "n", "part"],
-    },
-    "heldout": {
-        "pkg": ["falcon", "prism", "willow", "glacier", "ember", "cobalt", "thistle", "mosaic", "raven", "quill"],
-        "mod": ["logic", "helpers", "measure", "tools", "compute", "base"],
-        "verb": ["join", "fold", "grow", "tally", "choose", "probe", "mix", "move", "trim", "gather"],
-        "noun": ["cost", "grade", "depth", "height", "pace", "mass", "supply", "ratio", "load", "span"],
-        "var": ["p", "q", "m", "k", "lhs", "rhs", "base", "extra", "start", "stop", "size", "gap"],
-        "seq": ["elems", "entries", "data", "chunks"],
-        "acc": ["agg", "tot", "res", "current"],
-        "elem": ["e", "entry", "d", "chunk"],
-    },
-}
+# Function names are two words from this pool; no held-out function name occurs in the train split.
+_POOL = """
+apple river stone cloud maple cedar pine ocean field light dark north south east west spring winter
+summer autumn bright quick slow heavy sharp round square green amber coral ivory olive pearl ruby
+silver golden copper iron steel paper glass metal wood brick sand clay water fire earth wind storm
+rain snow frost mist dust smoke flame spark table chair door window floor wall roof garden forest
+valley mountain island desert lake pond creek bridge tower castle market street road path trail
+track line point curve angle edge corner center middle border limit range count total value price
+score level width height depth speed weight stock rate step size length area volume add merge scale
+pick check blend shift clip sum join fold grow tally choose probe mix move trim gather cost grade
+pace mass supply ratio load span split sort find keep drop push pull turn lift send read write
+open close mark note tag link hold fill pour mend bend wrap pack ship sell lend rent save spend
+""".split()
+_PACKAGES = ["meadow", "harbor", "orbit", "quarry", "lantern", "summit"]
+_MODULES = ["core", "calc", "ops", "util"]
 
-# Operator -> the operators a bug may replace it with (the statement says which is right).
-_SWAPS = {
-    "+": ["-", "*"],
-    "-": ["+"],
-    "*": ["+"],
-    "<": ["<=", ">"],
-    "<=": ["<", ">="],
-    ">": [">=", "<"],
-    ">=": [">", "<="],
-    "==": ["!="],
-    "!=": ["=="],
-    "and": ["or"],
-    "or": ["and"],
-}
+# Operator -> the operator a bug puts in its place. The swaps are involutions (each operator has one
+# partner), so a policy can fix a line it has read without parsing the report; the report says it too.
+_SWAPS = {"+": ["-"], "-": ["+"], "<": [">="], ">=": ["<"], ">": ["<="], "<=": [">"], "==": ["!="], "!=": ["=="],
+          "and": ["or"], "or": ["and"]}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -91,53 +75,61 @@ class _Func:
     kind: str  # "pair" (two numbers) or "seq" (a list and maybe a number)
 
 
-def _names(rng: random.Random, words: dict[str, list[str]], k: int) -> list[str]:
-    return rng.sample(words["var"], k)
+def _names(rng: random.Random, k: int) -> list[str]:
+    return ["a", "b", "c"][:k]  # fixed per template: the buggy line is one of a few dozen shapes
 
 
-def _make_func(rng: random.Random, words: dict[str, list[str]], name: str) -> _Func:
+def _fresh(rng: random.Random, joiner: str, taken: set[str]) -> str:
+    """A two-word identifier not in ``taken`` (which it is then added to)."""
+    while True:
+        first, second = rng.sample(_POOL, 2)
+        name = f"{first}{joiner}{second}"
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def _make_func(rng: random.Random, name: str) -> _Func:
     kind = rng.choice(["arith", "scaled", "predicate", "choose", "fold", "count", "both"])
     if kind == "arith":
-        a, b = _names(rng, words, 2)
-        op = rng.choice(["+", "-", "*"])
+        a, b = _names(rng, 2)
+        op = rng.choice(["+", "-"])
         src = f"def {name}({a}, {b}):\n    return {a} {{OP}} {b}\n"
         return _Func(name, src, op, (a, b), "pair")
     if kind == "scaled":
-        a, b, c = _names(rng, words, 3)
+        a, b, c = _names(rng, 3)
         op = rng.choice(["+", "-"])
         k = rng.randint(2, 5)
         src = f"def {name}({a}, {b}):\n    {c} = {a} {{OP}} {b}\n    return {c} * {k}\n"
         return _Func(name, src, op, (a, b), "pair")
     if kind == "predicate":
-        a, b = _names(rng, words, 2)
+        a, b = _names(rng, 2)
         op = rng.choice(["<", "<=", ">", ">=", "==", "!="])
         src = f"def {name}({a}, {b}):\n    return {a} {{OP}} {b}\n"
         return _Func(name, src, op, (a, b), "pair")
     if kind == "choose":
-        a, b = _names(rng, words, 2)
+        a, b = _names(rng, 2)
         op = rng.choice(["<", "<=", ">", ">="])
         src = f"def {name}({a}, {b}):\n    if {a} {{OP}} {b}:\n        return {a}\n    return {b}\n"
         return _Func(name, src, op, (a, b), "pair")
     if kind == "fold":
-        seq, acc, elem = rng.choice(words["seq"]), rng.choice(words["acc"]), rng.choice(words["elem"])
-        op = rng.choice(["+", "-", "*"])
-        init = 1 if op == "*" else 0
+        seq, acc, elem = "items", "total", "item"
+        op = rng.choice(["+", "-"])
+        init = 0
         src = (
             f"def {name}({seq}):\n    {acc} = {init}\n    for {elem} in {seq}:\n"
             f"        {acc} = {acc} {{OP}} {elem}\n    return {acc}\n"
         )
         return _Func(name, src, op, (seq,), "seq")
     if kind == "count":
-        seq, elem = rng.choice(words["seq"]), rng.choice(words["elem"])
-        (limit,) = _names(rng, words, 1)
-        acc = rng.choice(words["acc"])
+        seq, elem, limit, acc = "items", "item", "limit", "count"
         op = rng.choice(["<", "<=", ">", ">=", "==", "!="])
         src = (
             f"def {name}({seq}, {limit}):\n    {acc} = 0\n    for {elem} in {seq}:\n"
             f"        if {elem} {{OP}} {limit}:\n            {acc} += 1\n    return {acc}\n"
         )
         return _Func(name, src, op, (seq, limit), "seq")
-    a, b = _names(rng, words, 2)
+    a, b = _names(rng, 2)
     op = rng.choice(["and", "or"])
     src = f"def {name}({a}, {b}):\n    return {a} > 0 {{OP}} {b} > 0\n"
     return _Func(name, src, op, (a, b), "pair")
@@ -168,16 +160,11 @@ def render_repo(files: dict[str, str], dest: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def _instance(rng: random.Random, split: str, number: int, seed: int) -> Task:
-    words = _WORDS[split]
-    pkg, mod = rng.choice(words["pkg"]), rng.choice(words["mod"])
-    names: list[str] = []
-    count = rng.randint(3, 5)
-    while len(names) < count:
-        name = f"{rng.choice(words['verb'])}_{rng.choice(words['noun'])}"
-        if name not in names:
-            names.append(name)
-    funcs = [_make_func(rng, words, n) for n in names]
+def _instance(rng: random.Random, split: str, number: int, seed: int, taken: set[str]) -> Task:
+    """One instance; its package and function names are new to ``taken`` (and are added to it)."""
+    pkg, mod = rng.choice(_PACKAGES), rng.choice(_MODULES)
+    names = [_fresh(rng, "_", taken)]
+    funcs = [_make_func(rng, n) for n in names]
     target = rng.randrange(len(funcs))
     header = f'"""{pkg.replace("_", " ").capitalize()}: small helpers."""\n\n\n'
     fixed = header + "\n\n".join(f.source.replace("{OP}", f.op) for f in funcs)
@@ -255,7 +242,8 @@ def source_dir(task: Task) -> Path:
     files = task.metadata.get("files")
     if not isinstance(files, dict):
         raise TaskError(f"task {task.instance_id}: a starter instance needs metadata.files; rebuild the suite")
-    final = cache_dir() / "starter-src" / task.instance_id
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:12]
+    final = cache_dir() / "starter-src" / f"{task.instance_id}-{digest}"  # a rebuilt suite never reuses stale files
     if final.is_dir():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -276,10 +264,11 @@ def build_starter(seed: int = 0, sizes: dict[str, int] | None = None) -> list[Ta
     """All starter instances (train then held-out), deterministic in ``seed``, with ``base_commit`` set
     (each repo is materialised once in a scratch dir to compute it; materialising is deterministic)."""
     out: list[Task] = []
+    taken: set[str] = set()  # package and function names used so far: held-out ones are all new
     for split, size in {**SPLIT_SIZES, **(sizes or {})}.items():
         rng = random.Random(f"starter:{seed}:{split}")
         for n in range(1, size + 1):
-            task = _instance(rng, split, n, seed)
+            task = _instance(rng, split, n, seed, taken)
             with tempfile.TemporaryDirectory(prefix="lego-starter-") as tmp:
                 render_repo(task.metadata["files"], Path(tmp) / "src")
                 commit = materialize_repo(Path(tmp) / "src", task.patch, task.test_patch, Path(tmp) / "repo")
