@@ -60,6 +60,12 @@ class EngineConfig(_Section):
     vllm_api_key: str | None = None
     request_timeout_s: float = Field(600.0, gt=0)
     seed: int = 0
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="transformers engine on CPU: torch intra-op threads (process-wide, so the in-process trainer "
+        "uses them too). None: half the cores, safest when harnesses and sandboxes compete for them.",
+    )
     prefix_cache: bool = Field(
         True,
         description="transformers engine: keep the KV of the prompt prefix shared by recent requests (an agent's "

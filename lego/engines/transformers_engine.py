@@ -154,6 +154,7 @@ class TransformersEngine:
             max_batch_size=cfg.max_batch_size,
             max_model_len=cfg.max_model_len,
             seed=cfg.seed,
+            num_threads=cfg.num_threads,
             prefix_cache=cfg.prefix_cache,
         )
 
