@@ -143,10 +143,8 @@ def _call(turn: int, name: str, args: dict[str, Any]) -> Message:
     }
 
 
-# How often each optional move appears (per task family).
-_STYLE = {
-    "default": {"ls": 0.4, "grep": 0.6, "grep_symbol": 0.5, "check": 0.35, "range": 0.6, "fail": 0.25, "recheck": 0.4},
-}
+# How often each optional move of the general plan appears.
+_ODDS = {"ls": 0.4, "grep": 0.6, "grep_symbol": 0.5, "check": 0.35, "range": 0.6, "fail": 0.25, "recheck": 0.4}
 
 
 STARTER_FIND = "grep -rl --include='*.py' def ."
@@ -171,7 +169,7 @@ def _plan(task: Task, fp: FilePatch, rng: random.Random) -> list[tuple[str, dict
     """The tool calls of one conversation (before execution)."""
     if task.metadata.get("family") == "starter":
         return _starter_plan(fp, rng)
-    odds = _STYLE.get(str(task.metadata.get("family")), _STYLE["default"])
+    odds = _ODDS
     pkg = fp.path.split("/")[0]
     fn = str(task.metadata.get("function") or "").split(".")[-1]
     syms = _symbols(task)

@@ -10,14 +10,16 @@ report, the way a precise bug report does: it names the file, the function and t
 ("uses ``-`` where it should use ``+``"). What is left for the policy is reading the file, picking
 the right line inside the right function and copying it exactly with the one change.
 
-Each instance is its own repo: a package with one module of 3-5 small functions (arithmetic,
-comparisons, folds, counters, boolean logic) and a test file with one test per function. One
-operator in one function is swapped. The tests are hidden (``test_patch``); the failing test's
-first assertion and its actual value are quoted in the statement, computed by running the code.
+Each instance is its own repo: a package with one module holding one small function (arithmetic,
+a comparison, a fold, a counter or boolean logic, with fixed variable names) and a hidden test file
+(``test_patch``). One operator is swapped for its partner (the swaps are involutions); the failing
+assertion and its actual value are quoted in the statement, computed by running both versions.
+Every argument a fix needs can be read from the tool output just before it (``grep -rl`` prints the
+path, the view prints the line): a few-million-parameter model learns to copy across that distance,
+and measurably not from the report across the agent's ~700-token prompt (docs/ARCHITECTURE.md).
 
-Package and function names are two words drawn from a pool of ~200 (so there are far too many to
-memorise: a policy must read them from the issue and the code), and no held-out package or function
-name occurs in the train split, so a held-out task is never seen in training, not even its names. Generation is deterministic from the seed; ``sandboxes/builtin/starter.jsonl`` is the
+Packages and modules come from short shared lists; function names are two words from a ~200-word
+pool, and no held-out function name occurs in the train split. Generation is deterministic from the seed; ``sandboxes/builtin/starter.jsonl`` is the
 shipped output of :func:`build_starter` (``lego tasks build --suite starter``).
 """
 
@@ -75,8 +77,7 @@ class _Func:
     kind: str  # "pair" (two numbers) or "seq" (a list and maybe a number)
 
 
-def _names(rng: random.Random, k: int) -> list[str]:
-    return ["a", "b", "c"][:k]  # fixed per template: the buggy line is one of a few dozen shapes
+_PAIR, _TRIPLE = ("a", "b"), ("a", "b", "c")  # fixed per template: the buggy line is one of a few dozen shapes
 
 
 def _fresh(rng: random.Random, joiner: str, taken: set[str]) -> str:
@@ -92,23 +93,23 @@ def _fresh(rng: random.Random, joiner: str, taken: set[str]) -> str:
 def _make_func(rng: random.Random, name: str) -> _Func:
     kind = rng.choice(["arith", "scaled", "predicate", "choose", "fold", "count", "both"])
     if kind == "arith":
-        a, b = _names(rng, 2)
+        a, b = _PAIR
         op = rng.choice(["+", "-"])
         src = f"def {name}({a}, {b}):\n    return {a} {{OP}} {b}\n"
         return _Func(name, src, op, (a, b), "pair")
     if kind == "scaled":
-        a, b, c = _names(rng, 3)
+        a, b, c = _TRIPLE
         op = rng.choice(["+", "-"])
         k = rng.randint(2, 5)
         src = f"def {name}({a}, {b}):\n    {c} = {a} {{OP}} {b}\n    return {c} * {k}\n"
         return _Func(name, src, op, (a, b), "pair")
     if kind == "predicate":
-        a, b = _names(rng, 2)
+        a, b = _PAIR
         op = rng.choice(["<", "<=", ">", ">=", "==", "!="])
         src = f"def {name}({a}, {b}):\n    return {a} {{OP}} {b}\n"
         return _Func(name, src, op, (a, b), "pair")
     if kind == "choose":
-        a, b = _names(rng, 2)
+        a, b = _PAIR
         op = rng.choice(["<", "<=", ">", ">="])
         src = f"def {name}({a}, {b}):\n    if {a} {{OP}} {b}:\n        return {a}\n    return {b}\n"
         return _Func(name, src, op, (a, b), "pair")
@@ -129,7 +130,7 @@ def _make_func(rng: random.Random, name: str) -> _Func:
             f"        if {elem} {{OP}} {limit}:\n            {acc} += 1\n    return {acc}\n"
         )
         return _Func(name, src, op, (seq, limit), "seq")
-    a, b = _names(rng, 2)
+    a, b = _PAIR
     op = rng.choice(["and", "or"])
     src = f"def {name}({a}, {b}):\n    return {a} > 0 {{OP}} {b} > 0\n"
     return _Func(name, src, op, (a, b), "pair")

@@ -24,12 +24,6 @@ def records() -> list[Task]:
     return BuiltinSource().records()
 
 
-@pytest.fixture()
-def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LEGO_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def test_suite_size_and_spread(records: list[Task]):
     per_library = Counter(t.metadata["library"] for t in records)
     assert len(records) >= 200

@@ -20,12 +20,6 @@ def records() -> list[Task]:
     return StarterSource().records()
 
 
-@pytest.fixture()
-def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LEGO_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def test_shipped_file_is_the_generator_output(records: list[Task]):
     """The JSONL in the package is exactly what `lego tasks build --suite starter` writes (seed 0); the CLI test
     below compares the whole file (held-out names depend on every train name before them)."""
