@@ -7,6 +7,7 @@ and the per-session form), then serves until Ctrl-C. Trajectories are read at
 
 from __future__ import annotations
 
+import signal
 import threading
 
 import click
@@ -100,9 +101,20 @@ def proxy(
         f"  per session:         {server.root_url}/s/<session>/v1   (trajectory: GET {server.root_url}/s/<session>/trajectory)"
     )
     click.echo("Ctrl-C to stop.")
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    # Installed explicitly, not left to Python's KeyboardInterrupt: a process started from a
+    # non-interactive shell's background job inherits SIGINT *ignored* and Python then never raises
+    # KeyboardInterrupt; SIGTERM is what `kill`, Docker and systemd send.
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
+        while not stop.wait(timeout=1.0):
+            pass
         click.echo("stopping")
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         server.stop()

@@ -24,7 +24,7 @@ def train(config: str | None, resume: bool, overrides: tuple[str, ...], unsafe_n
 
     \b
     Without CONFIG it runs the shipped embedded default: the small policy lego builds itself
-    (CPU is enough), the built-in train split, the lego-agent harness, local bubblewrap sandboxes.
+    (CPU is enough), the starter suite's train split, the lego-agent harness, local bubblewrap sandboxes.
     Each step prints one line: reward, pass rate, rollout-train Pearson, KL, clip fraction, tokens/s.
 
     \b
