@@ -184,6 +184,12 @@ class TrainingConfig(_Section):
     tasks_per_step: int = Field(2, ge=1, description="B: tasks per step; each gets algorithm.group_size rollouts.")
     concurrency: int = Field(4, ge=1, description="Rollouts in flight at once.")
     lr: float = Field(1e-5, gt=0)
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Linear lr warmup over the first N updates (lr·k/N at update k). A fresh AdamW's first "
+        "updates move every weight by ~lr whatever the gradient's noise; warmup keeps them small.",
+    )
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     micro_batch_size: int = Field(

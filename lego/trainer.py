@@ -224,6 +224,8 @@ class Trainer:
         metrics and ``perf/*`` timings. Raises :class:`FidelityError`, before touching the weights,
         when the gate trips."""
         t0 = time.perf_counter()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step_count)
         metrics = self.compute_gradients(items, rollout_logprobs, old_logprobs)
         metrics["actor/grad_norm"] = self._clip_and_step()
         wall = time.perf_counter() - t0
@@ -376,6 +378,11 @@ class Trainer:
             return self._token_logp(mb, model=self.reference)[0]
         with self.model.disable_adapter():  # type: ignore[operator]  # LoRA: the base model is the reference
             return self._token_logp(mb)[0]
+
+    def lr_at(self, update: int) -> float:
+        """The learning rate of update ``update`` (0-based): linear warmup, then ``training.lr``."""
+        warmup = self.train_cfg.warmup_steps
+        return self.train_cfg.lr * min(1.0, (update + 1) / warmup) if warmup else self.train_cfg.lr
 
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.requires_grad]

@@ -165,3 +165,14 @@ def test_further_update_against_an_older_policy_clips(model_dir, items, make_con
     assert m["actor/pg_clipfrac"] > 0  # lr 1e-3 moves the policy far past GSPO's 4e-4 trust region
     assert m[PEARSON] > 0.9999  # fidelity is rollout vs the given π_old
     assert trainer.gate.consecutive == consecutive
+
+
+def test_warmup_ramps_the_learning_rate_linearly(model_dir, items, make_config):
+    cfg = make_config()
+    cfg.training.lr, cfg.training.warmup_steps = 1e-3, 4
+    trainer = Trainer(model_dir, cfg)
+    assert [trainer.lr_at(k) for k in range(6)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    seen = [trainer.step(items)["actor/lr"] for _ in range(2)]
+    assert seen == pytest.approx([2.5e-4, 5e-4])  # the metric is the lr the update used
+    cfg.training.warmup_steps = 0
+    assert Trainer(model_dir, cfg).lr_at(0) == 1e-3
