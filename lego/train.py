@@ -358,7 +358,10 @@ def train(
                     m.update(validate(runner, cfg, val_tasks, run.root / "validation" / f"step_{step + 1:04d}"))
             line = StepMetrics(step=step, metrics=m, wall_s=time.monotonic() - t0).model_dump(mode="json")
             if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
-                path = save_checkpoint(trainer, run.root, extra={"metrics": line})
+                # LoRA checkpoints carry the merged weights too, so every checkpoint is a loadable
+                # model dir (`lego eval`, `lego bench learn`, `lego proxy --model` take it as is).
+                lora = cfg.training.finetune == "lora"
+                path = save_checkpoint(trainer, run.root, extra={"metrics": line}, export_merged=lora)
                 atomic_write_json(
                     path / "lego_meta.json",
                     {"trained_harness": cfg.harness.name, "base_model": cfg.engine.model, "step": step + 1},

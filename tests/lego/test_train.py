@@ -5,6 +5,7 @@ sampling mismatch trips the fidelity gate, and an incompatible resume is refused
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from lego.config import load_config
 from lego.errors import ConfigError, FidelityError, ResumeError
@@ -124,3 +126,22 @@ def test_resume_refuses_an_incompatible_config(tasks: Path, tiny_model_dir: Path
     changed = load_config(None, [*_overrides(tasks, tiny_model_dir, out, steps=2), "algorithm.group_size=4"])
     with pytest.raises(ResumeError, match=r"algorithm\.group_size"):
         train(changed, resume=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="needs peft (the lora extra)")
+def test_lora_run_checkpoints_are_loadable_models(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`lego eval` / `lego bench learn` take a checkpoint dir as a model: a LoRA run's must hold merged weights."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = load_config(None, [*_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=1), "training.finetune=lora"])
+    run = train(cfg)
+    ckpt = run.root / "checkpoints" / "step_000001"
+    assert (ckpt / "adapter" / "adapter_config.json").exists()
+    from peft import PeftModel
+
+    merged = AutoModelForCausalLM.from_pretrained(ckpt).state_dict()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    want = PeftModel.from_pretrained(base, ckpt / "adapter").merge_and_unload().state_dict()
+    assert merged.keys() == want.keys()
+    for k in want:  # the top level is exactly base + the saved adapter, merged
+        torch.testing.assert_close(merged[k], want[k], rtol=0, atol=1e-6)
