@@ -131,7 +131,7 @@ class Trainer:
         try:
             from peft import LoraConfig, get_peft_model
         except ImportError as exc:
-            raise ModelError("training.finetune='lora' needs peft: pip install 'lego-rl[lora]'") from exc
+            raise ModelError("training.finetune='lora' needs peft: pip install 'peft>=0.12'") from exc
         cfg = LoraConfig(
             r=self.train_cfg.lora_rank,
             lora_alpha=self.train_cfg.lora_alpha,  # type: ignore[arg-type]  # peft accepts floats
