@@ -169,33 +169,32 @@ def _plan(task: Task, fp: FilePatch, rng: random.Random) -> list[tuple[str, dict
     """The tool calls of one conversation (before execution)."""
     if task.metadata.get("family") == "starter":
         return _starter_plan(fp, rng)
-    odds = _ODDS
     pkg = fp.path.split("/")[0]
     fn = str(task.metadata.get("function") or "").split(".")[-1]
     syms = _symbols(task)
     explore: list[tuple[str, dict[str, Any]]] = []
-    if rng.random() < odds["ls"]:
+    if rng.random() < _ODDS["ls"]:
         explore.append(("bash", {"command": rng.choice(["ls", f"ls {pkg}", "ls -R " + pkg])}))
-    if fn and rng.random() < odds["grep"]:
+    if fn and rng.random() < _ODDS["grep"]:
         explore.append(("bash", {"command": f"grep -n 'def {fn}' {fp.path}"}))
-    elif syms and rng.random() < odds["grep_symbol"]:
+    elif syms and rng.random() < _ODDS["grep_symbol"]:
         explore.append(("bash", {"command": f"grep -rn '{rng.choice(syms).split('.')[-1]}' {pkg} | head -n 20"}))
     check = _check_script(task)
-    if check and rng.random() < odds["check"]:
+    if check and rng.random() < _ODDS["check"]:
         explore.insert(rng.randrange(len(explore) + 1), ("bash", {"command": check}))
     n_lines = len(fp.before.splitlines())
     view: dict[str, Any] = {"command": "view", "path": fp.path}
-    if n_lines > 60 or rng.random() < odds["range"]:
+    if n_lines > 60 or rng.random() < _ODDS["range"]:
         lo = max(1, fp.line - rng.randint(2, 10))
         view["view_range"] = [lo, min(n_lines, fp.line + fp.old_str.count("\n") + rng.randint(2, 10))]
     calls = [*explore, ("str_replace_editor", view)]
     fix = {"command": "str_replace", "path": fp.path, "old_str": fp.old_str, "new_str": fp.new_str}
-    if rng.random() < odds["fail"]:
+    if rng.random() < _ODDS["fail"]:
         calls.append(("str_replace_editor", {**fix, "old_str": _wrong_old(fp, rng)}))
         if rng.random() < 0.5:
             calls.append(("str_replace_editor", view))
     calls.append(("str_replace_editor", fix))
-    if check and rng.random() < odds["recheck"]:
+    if check and rng.random() < _ODDS["recheck"]:
         calls.append(("bash", {"command": check}))
     calls.append(("submit", {}))
     return calls

@@ -5,7 +5,6 @@ sampling mismatch trips the fidelity gate, and an incompatible resume is refused
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -128,17 +127,15 @@ def test_resume_refuses_an_incompatible_config(tasks: Path, tiny_model_dir: Path
         train(changed, resume=True)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="needs peft (the lora extra)")
 def test_lora_run_checkpoints_are_loadable_models(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     """`lego eval` / `lego bench learn` take a checkpoint dir as a model: a LoRA run's must hold merged weights."""
+    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     cfg = load_config(None, [*_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=1), "training.finetune=lora"])
     run = train(cfg)
     ckpt = run.root / "checkpoints" / "step_000001"
     assert (ckpt / "adapter" / "adapter_config.json").exists()
-    from peft import PeftModel
-
     merged = AutoModelForCausalLM.from_pretrained(ckpt).state_dict()
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     want = PeftModel.from_pretrained(base, ckpt / "adapter").merge_and_unload().state_dict()

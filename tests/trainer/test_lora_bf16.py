@@ -8,8 +8,6 @@ from lego.algos import PEARSON
 from lego.checkpoint import load_latest
 from lego.trainer import Trainer
 
-pytest.importorskip("peft")
-
 
 def _lora_cfg(make_config, **kw):
     return make_config(finetune="lora", lora_rank=4, lora_alpha=8.0, lr=1e-2, **kw)
