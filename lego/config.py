@@ -202,6 +202,19 @@ class TrainingConfig(_Section):
     finetune: Literal["full", "lora"] = "full"
     lora_rank: int = Field(16, ge=1)
     lora_alpha: float = Field(32.0, gt=0)
+    lora_modules_to_save: list[str] = Field(
+        default_factory=list,
+        description="LoRA only: modules trained in full next to the adapter (peft's modules_to_save), matched by "
+        "name suffix: ['norm'] is every RMSNorm gain of a Qwen3/Llama model, ['model.norm'] the final one. RMSNorm "
+        "is scale-invariant, so an adapter on the linear layers cannot change the logit scale (how sharply the "
+        "policy samples); the final norm's gain sets it directly, q_norm/k_norm the attention's.",
+    )
+    lora_modules_to_save_lr: float | None = Field(
+        None,
+        gt=0,
+        description="LoRA only: lr of lora_modules_to_save (None: training.lr). AdamW moves a weight by about lr per update "
+        "whatever its size: a norm gain near 1 needs a larger lr than an adapter that starts at 0 to move as far.",
+    )
     dtype: Literal["float32", "bfloat16"] = "float32"
     seed: int = 0
     out_dir: str = "runs/default"

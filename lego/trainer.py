@@ -106,13 +106,26 @@ class Trainer:
             dist_utils.shard_model(model)
         self.model = model
         self._logits_to_keep = self._supports_logits_to_keep(model)
-        params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            params, lr=self.train_cfg.lr, betas=self.train_cfg.betas, weight_decay=self.train_cfg.weight_decay
+            self.param_groups(model), betas=self.train_cfg.betas, weight_decay=self.train_cfg.weight_decay
         )
         self.loss_fn = policy_loss_for(self.algo)
         self.gate = FidelityGate(self.train_cfg.fidelity.min_pearson, self.train_cfg.fidelity.patience)
         self.step_count = 0
+
+    def param_groups(self, model: torch.nn.Module | None = None) -> list[dict[str, Any]]:
+        """AdamW's parameter groups: the trained weights at ``training.lr``, and with LoRA the
+        ``lora_modules_to_save`` copies at ``lora_modules_to_save_lr`` when that is set."""
+        cfg = self.train_cfg
+        saved: list[torch.nn.Parameter] = []
+        rest: list[torch.nn.Parameter] = []
+        for name, p in (model if model is not None else self.model).named_parameters():
+            if p.requires_grad:
+                (saved if ".modules_to_save." in name else rest).append(p)
+        if not saved or cfg.lora_modules_to_save_lr is None:
+            return [{"params": saved + rest, "lr": cfg.lr, "base_lr": cfg.lr}]
+        lr2 = cfg.lora_modules_to_save_lr
+        return [{"params": rest, "lr": cfg.lr, "base_lr": cfg.lr}, {"params": saved, "lr": lr2, "base_lr": lr2}]
 
     @staticmethod
     def _supports_logits_to_keep(model: torch.nn.Module) -> bool:
@@ -137,8 +150,16 @@ class Trainer:
             lora_alpha=self.train_cfg.lora_alpha,  # type: ignore[arg-type]  # peft accepts floats
             lora_dropout=0.0,
             target_modules="all-linear",
+            modules_to_save=list(self.train_cfg.lora_modules_to_save) or None,
             task_type="CAUSAL_LM",
         )
+        names = {n for n, _ in model.named_modules()}
+        for wanted in self.train_cfg.lora_modules_to_save:
+            if not any(n.endswith(wanted) for n in names):  # peft's rule: a plain name-suffix match
+                raise ModelError(
+                    f"training.lora_modules_to_save: no module name ends with {wanted!r} in {self.model_dir}; "
+                    "give a name suffix, e.g. 'norm' (every RMSNorm of a Qwen3/Llama model) or 'model.norm' (the final one)"
+                )
         return get_peft_model(model, cfg)  # type: ignore[arg-type, no-any-return]
 
     # ---- forward passes -------------------------------------------------------------------------
@@ -225,7 +246,7 @@ class Trainer:
         when the gate trips."""
         t0 = time.perf_counter()
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(self.step_count)
+            group["lr"] = self.lr_at(self.step_count, group["base_lr"])
         metrics = self.compute_gradients(items, rollout_logprobs, old_logprobs)
         metrics["actor/grad_norm"] = self._clip_and_step()
         wall = time.perf_counter() - t0
@@ -315,6 +336,11 @@ class Trainer:
         metrics.update(
             {
                 "actor/lr": self.optimizer.param_groups[0]["lr"],
+                **(
+                    {"actor/lr_modules_to_save": self.optimizer.param_groups[1]["lr"]}
+                    if len(self.optimizer.param_groups) > 1
+                    else {}
+                ),
                 "actor/segments": float(len(items)),
                 "actor/episodes": float(len(episodes)),
                 "perf/recompute_s": t_recompute,
@@ -379,10 +405,12 @@ class Trainer:
         with self.model.disable_adapter():  # type: ignore[operator]  # LoRA: the base model is the reference
             return self._token_logp(mb)[0]
 
-    def lr_at(self, update: int) -> float:
-        """The learning rate of update ``update`` (0-based): linear warmup, then ``training.lr``."""
+    def lr_at(self, update: int, base_lr: float | None = None) -> float:
+        """The learning rate of update ``update`` (0-based): linear warmup, then ``base_lr``
+        (default ``training.lr``)."""
+        lr = self.train_cfg.lr if base_lr is None else base_lr
         warmup = self.train_cfg.warmup_steps
-        return self.train_cfg.lr * min(1.0, (update + 1) / warmup) if warmup else self.train_cfg.lr
+        return lr * min(1.0, (update + 1) / warmup) if warmup else lr
 
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -415,8 +443,12 @@ class Trainer:
         base = self.model.get_base_model()  # type: ignore[operator]
         out: dict[str, torch.Tensor] = {}
         for name, tensor in base.state_dict().items():
-            if ".lora_" in name:
+            if ".lora_" in name or ".original_module." in name:  # modules_to_save: the trained copy wins
                 continue
+            if ".modules_to_save." in name:
+                if ".modules_to_save.default." not in name:
+                    continue
+                name = name.replace(".modules_to_save.default.", ".")
             out[name.replace(".base_layer.", ".")] = tensor.detach().clone()
         for mod_name, module in base.named_modules():
             if isinstance(module, LoraLayer) and "default" in module.lora_A:

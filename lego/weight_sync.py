@@ -104,6 +104,12 @@ class VLLMWeightSync:
     def _push_lora(self, trainer: Trainer, version: int) -> str:
         if trainer.train_cfg.finetune != "lora":
             raise EngineError("VLLMWeightSync(mode='lora') needs training.finetune='lora'; use mode='full' otherwise")
+        if trainer.train_cfg.lora_modules_to_save:
+            raise EngineError(
+                "vLLM serves LoRA adapters on the linear layers only, so training.lora_modules_to_save "
+                f"({trainer.train_cfg.lora_modules_to_save}) cannot travel as an adapter; use "
+                "VLLMWeightSync(mode='full'), which pushes the merged weights"
+            )
         name = f"{self.adapter_prefix}-v{version}"
         adapters = self.shared_dir / "adapters"
         adapters.mkdir(parents=True, exist_ok=True)

@@ -70,3 +70,62 @@ def test_bf16_smoke(model_dir, items, make_config):
     assert all(math.isfinite(v) for v in m.values())
     assert m[PEARSON] > 0.9  # fp32 sampling vs bf16 recompute: close, not exact
     assert m["actor/grad_norm"] > 0
+
+
+def _norm_cfg(make_config, **kw):
+    return _lora_cfg(make_config, lora_modules_to_save=["norm"], lora_modules_to_save_lr=5e-2, warmup_steps=2, **kw)
+
+
+def test_lora_modules_to_save_train_the_final_norm_at_their_own_lr(model_dir, items, make_config):
+    trainer = Trainer(model_dir, _norm_cfg(make_config))
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    saved = [n for n in trainable if ".modules_to_save." in n]
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    norms = [n for n, m in base.named_modules() if type(m).__name__ == "Qwen3RMSNorm"]
+    assert len(saved) == len(norms) > 1  # peft matches by name suffix: 'norm' is every RMSNorm, q/k norms too
+    assert "base_model.model.model.norm.modules_to_save.default.weight" in saved
+    assert all("lora_" in n for n in trainable if n not in saved)
+    trainer.step(items)
+    assert [g["lr"] for g in trainer.optimizer.param_groups] == pytest.approx([1e-2 / 2, 5e-2 / 2])  # warmup on both
+    m = trainer.step(items)
+    assert [g["lr"] for g in trainer.optimizer.param_groups] == pytest.approx([1e-2, 5e-2])
+    assert (m["actor/lr"], m["actor/lr_modules_to_save"]) == pytest.approx((1e-2, 5e-2))
+    base_norm = AutoModelForCausalLM.from_pretrained(model_dir).model.norm.weight
+    merged = trainer.engine_state_dict()
+    assert merged.keys() == AutoModelForCausalLM.from_pretrained(model_dir).state_dict().keys()
+    assert not torch.allclose(merged["model.norm.weight"], base_norm)  # the trained copy, not the frozen original
+    wrapper = trainer.model.get_base_model().model.norm
+    assert torch.equal(wrapper.original_module.weight, base_norm.detach())  # the base stays the reference
+    plain = AutoModelForCausalLM.from_pretrained(model_dir)
+    plain.load_state_dict(merged)
+    plain_trainer = Trainer(model_dir, make_config())
+    plain_trainer.model = plain.eval()
+    for a, b in zip(trainer.recompute(items), plain_trainer.recompute(items), strict=True):
+        assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_lora_modules_to_save_checkpoint_and_resume(model_dir, items, make_config, tmp_path):
+    cfg = _norm_cfg(make_config)
+    trainer = Trainer(model_dir, cfg)
+    trainer.step(items)
+    path = trainer.save(tmp_path, export_merged=True)
+    exported = AutoModelForCausalLM.from_pretrained(path).state_dict()
+    assert torch.allclose(exported["model.norm.weight"], trainer.engine_state_dict()["model.norm.weight"])
+    m_straight = trainer.step(items)
+    resumed = Trainer(model_dir, cfg)
+    resumed.load(load_latest(tmp_path))
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == pytest.approx([1e-2, 5e-2])
+    m_resumed = resumed.step(items)
+    assert m_resumed["actor/pg_loss"] == pytest.approx(m_straight["actor/pg_loss"], abs=1e-7)
+    a, b = trainer.engine_state_dict(), resumed.engine_state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-7) for k in a)
+
+
+def test_lora_modules_to_save_errors_name_the_fix(model_dir, make_config):
+    from lego.errors import ModelError
+
+    with pytest.raises(ModelError, match=r"lora_modules_to_save: no module name ends with 'final_norm'.*'model\.norm'"):
+        Trainer(model_dir, _lora_cfg(make_config, lora_modules_to_save=["final_norm"]))
+    only_final = Trainer(model_dir, _lora_cfg(make_config, lora_modules_to_save=["model.norm"]))
+    saved = [n for n, p in only_final.model.named_parameters() if p.requires_grad and "lora_" not in n]
+    assert saved == ["base_model.model.model.norm.modules_to_save.default.weight"]

@@ -162,6 +162,9 @@ def test_vllm_errors_name_the_fix(model_dir, make_config, tmp_path):
     lora = VLLMWeightSync("http://127.0.0.1:9", tmp_path, "lora")
     with pytest.raises(EngineError, match=r"needs training\.finetune='lora'"):
         lora.push(trainer, 1)
+    normed = Trainer(model_dir, make_config(finetune="lora", lora_rank=4, lora_modules_to_save=["norm"]))
+    with pytest.raises(EngineError, match=r"lora_modules_to_save.*mode='full'"):
+        lora.push(normed, 1)
     dead = VLLMWeightSync("http://127.0.0.1:9", tmp_path, "full", timeout_s=2)
     with pytest.raises(EngineUnavailableError, match="cannot reach vLLM"):
         dead.push(trainer, 1)
