@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -29,7 +30,7 @@ from lego.errors import ConfigError, TaskError
 from lego.types import Task
 from sandboxes.tasks.sources import BuiltinSource, load_source
 
-__all__ = ["DEFAULT_SAMPLE_FN", "eval_group", "load_tasks", "parse_policies"]
+__all__ = ["DEFAULT_SAMPLE_FN", "eval_group", "load_tasks", "parse_policies", "run_defaults"]
 
 DEFAULT_SAMPLE_FN = "lego.rollout:eval_sample_fn"
 
@@ -85,6 +86,35 @@ def _load_factory(target: str) -> SampleFnFactory:
     return factory  # type: ignore[no-any-return]
 
 
+def run_defaults(run_dir: str | Path) -> dict[str, Any]:
+    """What ``--from-run RUN_DIR`` sets: the run's latest checkpoint (``trained``) against the model it
+    started from (``start``), and the eval options the run itself used, from ``RUN_DIR/config.toml``."""
+    from lego.checkpoint import load_latest
+    from lego.config import load_config
+
+    root = Path(run_dir)
+    if not (root / "config.toml").exists():
+        raise ConfigError(
+            f"--from-run {run_dir}: no config.toml there; give the out_dir of a `lego train` run (e.g. runs/default)"
+        )
+    cfg = load_config(root / "config.toml")
+    latest = load_latest(root)
+    if latest is None:
+        raise ConfigError(f"--from-run {run_dir}: the run has no complete checkpoint yet; train at least one step")
+    return {
+        "policies": ("start=" + cfg.engine.model, f"trained={latest}"),
+        "bases": ("trained=start",),
+        "harnesses": (cfg.harness.name,),
+        "tasks_arg": f"{cfg.tasks.source}:{cfg.tasks.eval_split}",
+        "engine": cfg.engine.kind if cfg.engine.kind in ("transformers", "vllm") else "transformers",
+        "out_dir": str(root / "eval"),
+        "temperature": cfg.algorithm.temperature,
+        "max_turns": cfg.harness.max_turns,
+        "timeout_s": cfg.harness.timeout_s,
+        "concurrency": cfg.eval.concurrency,
+    }
+
+
 @click.group("eval", invoke_without_command=True)
 @click.option(
     "--policy",
@@ -97,6 +127,15 @@ def _load_factory(target: str) -> SampleFnFactory:
     "--base", "bases", multiple=True, metavar="TRAINED=BASE", help="Compare TRAINED against BASE (delta, p-value)."
 )
 @click.option("--harness", "harnesses", multiple=True, metavar="NAME", help="A harness to evaluate in (repeatable).")
+@click.option(
+    "--from-run",
+    "from_run",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    metavar="RUN_DIR",
+    help="Evaluate a `lego train` run: its latest checkpoint against its start model, on its held-out split, "
+    "in its harness, at its temperature, turn limit, timeout and eval concurrency, into RUN_DIR/eval (any option given wins).",
+)
 @click.option("--tasks", "tasks_arg", default="builtin:heldout", show_default=True, metavar="SOURCE[:split]")
 @click.option(
     "--samples", type=click.IntRange(min=1), default=2, show_default=True, help="N samples per task and cell."
@@ -144,6 +183,7 @@ def eval_group(
     infra_retries: int,
     bootstrap: int,
     sample_fn: str,
+    from_run: str | None,
 ) -> None:
     """Evaluate policies x harnesses over tasks: pass@1 with 95% CIs, pass@k, deltas vs base, transfer.
 
@@ -152,13 +192,29 @@ def eval_group(
     Examples:
       lego eval --policy oracle --policy tiny=default --harness lego-agent --harness aider --samples 2
       lego eval --policy base=Qwen/Qwen3-0.6B --policy rl=runs/x/checkpoints/step_0100 --harness lego-agent
+      lego eval --from-run runs/default --limit 100 --samples 4
       lego eval report runs/eval
     """
     if ctx.invoked_subcommand is not None:
         return
+    if from_run is not None:
+        given = {k for k in ctx.params if ctx.get_parameter_source(k) != click.core.ParameterSource.DEFAULT}
+        run = run_defaults(from_run)
+        if not policies:
+            policies, bases = run["policies"], bases or run["bases"]
+        picked = {k: v for k, v in run.items() if k not in given}
+        harnesses = picked.get("harnesses", harnesses)
+        tasks_arg = picked.get("tasks_arg", tasks_arg)
+        engine = picked.get("engine", engine)
+        out_dir = picked.get("out_dir", out_dir)
+        temperature = picked.get("temperature", temperature)
+        max_turns = picked.get("max_turns", max_turns)
+        timeout_s = picked.get("timeout_s", timeout_s)
+        concurrency = picked.get("concurrency", concurrency)
     if not policies or not harnesses:
         raise click.UsageError(
-            "give at least one --policy NAME=MODEL and one --harness NAME (or: lego eval report DIR)"
+            "give at least one --policy NAME=MODEL and one --harness NAME, or --from-run RUN_DIR "
+            "(or: lego eval report DIR)"
         )
     if len(set(harnesses)) != len(harnesses):
         raise ConfigError(f"--harness given twice: {list(harnesses)}")

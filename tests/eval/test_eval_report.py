@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eval.cli import eval_group, load_tasks, parse_policies
+from eval.cli import eval_group, load_tasks, parse_policies, run_defaults
 from eval.matrix import assign_bases, cell_metrics
 from eval.report import render, render_dir
 from eval.results import CHECKPOINT_META_FILE, EvalSpec, SampleKey, SampleResult, read_checkpoint_meta
@@ -134,3 +134,35 @@ def test_cli_options_and_task_loading(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "| oracle | 100.0 [100.0, 100.0] |" in res.output
     assert len(list((tmp_path / "o2" / "samples").rglob("*.json"))) == 2 * 5 * 2
+
+
+def test_from_run_evaluates_the_latest_checkpoint_against_the_start_with_the_runs_settings(tmp_path: Path) -> None:
+    from lego.cli.basic import to_toml
+    from lego.config import load_config
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    cfg = load_config(None, ["harness.max_turns=5", "harness.timeout_s=77", "eval.concurrency=3"])
+    (run / "config.toml").write_text(to_toml(cfg))
+    runner = CliRunner()
+    res = runner.invoke(eval_group, ["--from-run", str(run)])
+    assert isinstance(res.exception, ConfigError) and "no complete checkpoint" in str(res.exception)
+    with pytest.raises(ConfigError, match=r"no config\.toml there"):
+        run_defaults(tmp_path)
+
+    step = run / "checkpoints" / "step_000002"
+    for name in ("trainer_state.json", "optimizer.pt"):  # what marks a checkpoint complete (lego.checkpoint)
+        (step / name).write_text("{}")
+    (run / "checkpoints" / "latest").write_text("step_000002")
+    got = run_defaults(run)
+    assert got["policies"] == ("start=default", f"trained={step}") and got["bases"] == ("trained=start",)
+    assert got["tasks_arg"] == "starter:heldout" and got["harnesses"] == ("lego-agent",)
+    assert (got["temperature"], got["max_turns"], got["timeout_s"], got["concurrency"]) == (1.2, 5, 77.0, 3)
+    res = runner.invoke(eval_group, ["--from-run", str(run), "--limit", "3", "--max-turns", "9", "--bootstrap", "200",
+                                     "--sample-fn", "deterministic_rollout:factory"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    spec = json.loads((run / "eval" / "spec.json").read_text())
+    assert [p["name"] for p in spec["policies"]] == ["start", "trained"]
+    assert spec["policies"][1]["base"] == "start" and spec["policies"][1]["model"] == str(step)
+    assert spec["tasks_source"] == "starter:heldout" and len(spec["task_ids"]) == 3
+    assert (spec["temperature"], spec["max_turns"], spec["timeout_s"]) == (1.2, 9, 77.0)  # --max-turns given: it wins
