@@ -8,8 +8,8 @@ from :mod:`eval.matrix`). The "before" policy is the baseline measured in the sa
 
 Steps: (1) evaluate the start policy (``engine.model`` of the config) into ``OUT/eval``; (2) run
 ``lego train`` with ``OUT/train`` as its run dir, a checkpoint every step, until the budget is spent
-(the step in flight finishes); (3) evaluate the last checkpoint into the same ``OUT/eval`` (the
-start policy's samples are reused); (4) write ``OUT/learn.json`` and ``OUT/learn.png`` (reward,
+(the step in flight finishes); (3) evaluate the last checkpoint saved within the budget into the
+same ``OUT/eval`` (the start policy's samples are reused); (4) write ``OUT/learn.json`` and ``OUT/learn.png`` (reward,
 held-out pass@1 before/after with CIs, and the rollout-train Pearson per step).
 """
 
@@ -24,7 +24,7 @@ import click
 
 from lego.io import atomic_write_json
 
-__all__ = ["command", "run_bench"]
+__all__ = ["command", "pick_checkpoint", "run_bench"]
 
 
 class _BudgetSpent(Exception):
@@ -53,6 +53,26 @@ def _evaluate(cfg: Any, policies: dict[str, str], tasks: list[Any], out: Path, s
     return run_eval(spec, run_sample, out, concurrency=cfg.eval.concurrency)
 
 
+def pick_checkpoint(
+    ended: list[tuple[int, float]], budget_s: float, run_root: Path
+) -> tuple[Path | None, int | None, float | None]:
+    """The checkpoint to evaluate: the last one saved within the budget, as (dir, steps, seconds).
+
+    ``ended`` holds (0-based step, seconds since training started) as each step's checkpoint was
+    saved. Only the step in flight can end past the budget, and its predecessor is still on disk
+    (lego.train keeps the last two), so normally the policy evaluated trained <= the budget. When no
+    step ended within it (a first step longer than the budget, or a resumed run), the newest
+    checkpoint, with None for the steps and seconds."""
+    from lego.checkpoint import load_latest
+
+    within = [(s, e) for s, e in ended if e <= budget_s]
+    if within:
+        path = run_root / "checkpoints" / f"step_{within[-1][0] + 1:06d}"
+        if (path / "trainer_state.json").exists():
+            return path, within[-1][0] + 1, within[-1][1]
+    return load_latest(run_root), None, None
+
+
 def _cell(results: Any, policy: str) -> dict[str, Any]:
     cell = next(c for c in results.cells if c.policy == policy)
     return {
@@ -76,7 +96,7 @@ def _plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> No
     axes[0].plot(xs, [s["metrics"].get("reward/mean", 0.0) for s in steps], marker="o")
     axes[0].set(title="train reward (mean per step)", xlabel="step", ylim=(-0.02, 1.02))
     b, a = report["before"], report["after"]
-    last = xs[-1] if xs else 1
+    last = report.get("steps") or (xs[-1] if xs else 1)  # the step of the checkpoint evaluated
     for x, cell, label in ((0, b, "start"), (last, a, "after training")):
         if cell:
             lo, hi = cell["ci95"]
@@ -115,7 +135,6 @@ def run_bench(
     from rich.console import Console
 
     from eval.cli import load_tasks
-    from lego.checkpoint import load_latest
     from lego.config import load_config
     from lego.io import read_jsonl
     from lego.train import train
@@ -155,11 +174,17 @@ def run_bench(
     t_train = time.monotonic()
     budget = minutes * 60.0
 
+    ended: list[tuple[int, float]] = []  # (step, seconds since training started) when its checkpoint was saved
+
     def stop_when_spent(step: int, metrics: dict[str, float]) -> None:
-        if time.monotonic() - t_train >= budget:
+        ended.append((step, time.monotonic() - t_train))
+        if ended[-1][1] >= budget:
             raise _BudgetSpent
 
-    console.print(f"[2/3] lego train for {minutes:g} min (the step in flight finishes)")
+    console.print(
+        f"[2/3] lego train for {minutes:g} min (the step in flight finishes; the last checkpoint saved "
+        "within the budget is the one evaluated)"
+    )
     try:
         run = train(cfg, console=console, on_step=stop_when_spent)
     except _BudgetSpent:
@@ -167,11 +192,14 @@ def run_bench(
     report["train_s"] = round(time.monotonic() - t_train, 1)
     run_root = Path(cfg.training.out_dir)
     steps = read_jsonl(run_root / "metrics.jsonl") if (run_root / "metrics.jsonl").is_file() else []
-    report["steps"] = len(steps)
-    latest = load_latest(run_root)
-    if steps and latest is not None:
-        ckpt = str(latest)
-        console.print(f"[3/3] held-out pass@1 after {len(steps)} steps ({ckpt})")
+    report["steps_run"] = len(steps)
+    pick, within_step, within_s = pick_checkpoint(ended, budget, run_root)
+    report["after_within_budget"] = within_step is not None
+    report["steps"] = within_step if within_step is not None else len(steps)
+    report["after_train_s"] = round(within_s, 1) if within_s is not None else report["train_s"]
+    if steps and pick is not None:
+        ckpt = str(pick)
+        console.print(f"[3/3] held-out pass@1 after {report['steps']} steps ({ckpt})")
         t_after = time.monotonic()
         after = _evaluate(cfg, {"start": start_model, "trained": ckpt}, tasks, out / "eval", samples, eval_seed)
         report["after"] = _cell(after, "trained")

@@ -20,7 +20,8 @@ def test_bench_learn_writes_before_after_and_plot(tiny_model_dir: Path, tmp_path
         "training.concurrency=2",
     )
     report = run_bench(tmp_path / "b", minutes=0.0, limit=1, samples=1, seed=0, overrides=overrides)
-    assert report["steps"] == 1  # the budget is checked after a step, so one step always runs
+    assert report["steps"] == report["steps_run"] == 1  # the budget is checked after a step: one always runs
+    assert report["after_within_budget"] is False  # ...and with a 0-minute budget it ended past it
     assert report["before"]["n_samples"] == 1 and report["after"]["n_samples"] == 1
     assert report["before"]["n_infra"] == 0 and report["after"]["n_infra"] == 0
     assert report["after_checkpoint"].endswith("step_000001")
@@ -28,3 +29,19 @@ def test_bench_learn_writes_before_after_and_plot(tiny_model_dir: Path, tmp_path
     saved = json.loads((tmp_path / "b" / "learn.json").read_text())
     assert saved["per_step"][0]["step"] == 1
     assert (tmp_path / "b" / "learn.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_pick_checkpoint_takes_the_last_one_saved_within_the_budget(tmp_path: Path) -> None:
+    from eval.bench.learn import pick_checkpoint
+
+    ckpts = tmp_path / "checkpoints"
+    for step in (15, 16):
+        (ckpts / f"step_{step:06d}").mkdir(parents=True)
+        (ckpts / f"step_{step:06d}" / "trainer_state.json").write_text("{}")
+        (ckpts / f"step_{step:06d}" / "optimizer.pt").write_text("")
+    (ckpts / "latest").write_text("step_000016")
+    ended = [(13, 1100.0), (14, 1182.0), (15, 1264.0)]  # the 16th step started at 19.7 min, ended at 21.1
+    assert pick_checkpoint(ended, 1200.0, tmp_path) == (ckpts / "step_000015", 15, 1182.0)
+    assert pick_checkpoint(ended, 1300.0, tmp_path) == (ckpts / "step_000016", 16, 1264.0)
+    assert pick_checkpoint([(15, 1264.0)], 1200.0, tmp_path) == (ckpts / "step_000016", None, None)  # none within
+    assert pick_checkpoint([(12, 900.0)], 1200.0, tmp_path) == (ckpts / "step_000016", None, None)  # pruned: newest
