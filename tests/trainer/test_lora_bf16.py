@@ -13,6 +13,20 @@ def _lora_cfg(make_config, **kw):
     return make_config(finetune="lora", lora_rank=4, lora_alpha=8.0, lr=1e-2, **kw)
 
 
+def _norm_cfg(make_config, **kw):
+    return _lora_cfg(make_config, lora_modules_to_save=["norm"], lora_modules_to_save_lr=5e-2, warmup_steps=2, **kw)
+
+
+def _assert_merged_weights_reproduce_the_policy(trainer, merged, model_dir, items, make_config):
+    """A plain model loaded with the merged weights computes the trained (LoRA) policy's logprobs."""
+    plain = AutoModelForCausalLM.from_pretrained(model_dir)
+    plain.load_state_dict(merged)
+    plain_trainer = Trainer(model_dir, make_config())
+    plain_trainer.model = plain.eval()
+    for a, b in zip(trainer.recompute(items), plain_trainer.recompute(items), strict=True):
+        assert a == pytest.approx(b, abs=1e-5)
+
+
 def test_lora_trains_only_the_adapter_and_merges_for_the_engine(model_dir, items, make_config):
     trainer = Trainer(model_dir, _lora_cfg(make_config))
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
@@ -24,28 +38,25 @@ def test_lora_trains_only_the_adapter_and_merges_for_the_engine(model_dir, items
     merged = trainer.engine_state_dict()
     assert merged.keys() == base_before.keys()
     assert any(not torch.equal(merged[k], base_before[k]) for k in merged)
-    # a plain model with the merged weights computes the LoRA policy's logprobs
-    plain = AutoModelForCausalLM.from_pretrained(model_dir)
-    plain.load_state_dict(merged)
-    plain_trainer = Trainer(model_dir, make_config())
-    plain_trainer.model = plain.eval()
-    for a, b in zip(trainer.recompute(items), plain_trainer.recompute(items), strict=True):
-        assert a == pytest.approx(b, abs=1e-5)
+    _assert_merged_weights_reproduce_the_policy(trainer, merged, model_dir, items, make_config)
 
 
-def test_lora_checkpoint_adapter_merged_export_and_resume(model_dir, items, make_config, tmp_path):
-    cfg = _lora_cfg(make_config)
+@pytest.mark.parametrize("norms", [False, True], ids=["adapter", "adapter+norms"])
+def test_lora_checkpoint_adapter_merged_export_and_resume(model_dir, items, make_config, tmp_path, norms):
+    cfg = _norm_cfg(make_config) if norms else _lora_cfg(make_config)
     trainer = Trainer(model_dir, cfg)
     trainer.step(items)
     path = trainer.save(tmp_path, export_merged=True)
     assert (path / "adapter" / "adapter_config.json").exists()
     exported = AutoModelForCausalLM.from_pretrained(path).state_dict()
     merged = trainer.engine_state_dict()
-    assert all(torch.allclose(exported[k], merged[k]) for k in merged)
+    assert all(torch.allclose(exported[k], merged[k]) for k in merged)  # the trained norms too
     m_straight = trainer.step(items)
 
     resumed = Trainer(model_dir, cfg)
     resumed.load(load_latest(tmp_path))
+    want_lrs = [1e-2, 5e-2] if norms else [1e-2]  # each group back at its own lr
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == pytest.approx(want_lrs)
     m_resumed = resumed.step(items)
     assert m_resumed["actor/pg_loss"] == pytest.approx(m_straight["actor/pg_loss"], abs=1e-7)
     a, b = trainer.engine_state_dict(), resumed.engine_state_dict()
@@ -72,10 +83,6 @@ def test_bf16_smoke(model_dir, items, make_config):
     assert m["actor/grad_norm"] > 0
 
 
-def _norm_cfg(make_config, **kw):
-    return _lora_cfg(make_config, lora_modules_to_save=["norm"], lora_modules_to_save_lr=5e-2, warmup_steps=2, **kw)
-
-
 def test_lora_modules_to_save_train_the_final_norm_at_their_own_lr(model_dir, items, make_config):
     trainer = Trainer(model_dir, _norm_cfg(make_config))
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
@@ -96,29 +103,7 @@ def test_lora_modules_to_save_train_the_final_norm_at_their_own_lr(model_dir, it
     assert not torch.allclose(merged["model.norm.weight"], base_norm)  # the trained copy, not the frozen original
     wrapper = trainer.model.get_base_model().model.norm
     assert torch.equal(wrapper.original_module.weight, base_norm.detach())  # the base stays the reference
-    plain = AutoModelForCausalLM.from_pretrained(model_dir)
-    plain.load_state_dict(merged)
-    plain_trainer = Trainer(model_dir, make_config())
-    plain_trainer.model = plain.eval()
-    for a, b in zip(trainer.recompute(items), plain_trainer.recompute(items), strict=True):
-        assert a == pytest.approx(b, abs=1e-5)
-
-
-def test_lora_modules_to_save_checkpoint_and_resume(model_dir, items, make_config, tmp_path):
-    cfg = _norm_cfg(make_config)
-    trainer = Trainer(model_dir, cfg)
-    trainer.step(items)
-    path = trainer.save(tmp_path, export_merged=True)
-    exported = AutoModelForCausalLM.from_pretrained(path).state_dict()
-    assert torch.allclose(exported["model.norm.weight"], trainer.engine_state_dict()["model.norm.weight"])
-    m_straight = trainer.step(items)
-    resumed = Trainer(model_dir, cfg)
-    resumed.load(load_latest(tmp_path))
-    assert [g["lr"] for g in resumed.optimizer.param_groups] == pytest.approx([1e-2, 5e-2])
-    m_resumed = resumed.step(items)
-    assert m_resumed["actor/pg_loss"] == pytest.approx(m_straight["actor/pg_loss"], abs=1e-7)
-    a, b = trainer.engine_state_dict(), resumed.engine_state_dict()
-    assert all(torch.allclose(a[k], b[k], atol=1e-7) for k in a)
+    _assert_merged_weights_reproduce_the_policy(trainer, merged, model_dir, items, make_config)
 
 
 def test_lora_modules_to_save_errors_name_the_fix(model_dir, make_config):
