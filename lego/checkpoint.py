@@ -237,10 +237,10 @@ def restore_checkpoint(trainer: Trainer, checkpoint_dir: str | Path) -> dict[str
         _load_full(trainer.model, loaded.state_dict())
     optim_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
     dist_utils.load_full_optimizer_state(trainer.model, trainer.optimizer, optim_state)
-    for group in trainer.optimizer.param_groups:  # hyper-parameters come from the config, which may change
-        group.update(betas=trainer.train_cfg.betas, weight_decay=trainer.train_cfg.weight_decay)
-    for group, fresh in zip(trainer.optimizer.param_groups, trainer.param_groups(), strict=False):
-        group.update(lr=fresh["base_lr"], base_lr=fresh["base_lr"])
+    # hyper-parameters come from the config, which may change; each group takes its own lr back
+    for group, fresh in zip(trainer.optimizer.param_groups, trainer.param_groups(), strict=True):
+        cfg = trainer.train_cfg
+        group.update(lr=fresh["base_lr"], base_lr=fresh["base_lr"], betas=cfg.betas, weight_decay=cfg.weight_decay)
     _set_rng_state(torch.load(path / "rng.pt", weights_only=False))
     trainer.step_count = int(state["step"])
     trainer.gate.load_state_dict(state.get("gate", {}))
