@@ -23,6 +23,7 @@ __all__ = [
     "EngineConfig",
     "EvalConfig",
     "FidelityConfig",
+    "GuardsConfig",
     "HarnessConfig",
     "LegoConfig",
     "ProxyConfig",
@@ -114,11 +115,34 @@ class SandboxConfig(_Section):
         "reserve several GB of address space up front, so a tight value fails them with 'Out of memory'.",
     )
     max_processes: int = Field(256, ge=8, description="Most processes inside one sandbox.")
+    disk_mb: int = Field(
+        2048,
+        ge=16,
+        description="Disk budget of one sandbox: the repo, /tmp, /var/tmp and HOME together. A write past it "
+        "fails inside the sandbox (ENOSPC / EFBIG); the host disk is never filled by an agent.",
+    )
+    memory_budget_mb: int = Field(
+        8192,
+        ge=64,
+        description="One memory budget for everything a sandbox holds: its processes and its in-memory file "
+        "systems together, enforced by a memory cgroup where the host offers one (`lego doctor` says which).",
+    )
     command_timeout_s: float = Field(
         120.0, gt=0, description="Wall time of one exec() before its process group is killed."
     )
     docker_image: str | None = Field(None, description="Default image for the docker backend when a task names none.")
     workdir: str | None = Field(None, description="Where sandboxes are created; default: a temp dir.")
+
+
+class GuardsConfig(_Section):
+    """What a detected reward hack does to the reward (see `sandboxes.guards`)."""
+
+    on_detect: Literal["zero", "flag"] = Field(
+        "zero",
+        description="'zero': a rollout whose grading or trajectory shows a hack (tampering with tests or the "
+        "grader, hack signatures) gets reward 0 and is kept for inspection; 'flag': the flag is recorded and the "
+        "reward stands (for studying hacks, never for training).",
+    )
 
 
 class HarnessConfig(_Section):
@@ -260,6 +284,7 @@ class LegoConfig(_Section):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    guards: GuardsConfig = Field(default_factory=GuardsConfig)
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)

@@ -52,6 +52,12 @@ class Sandbox(Protocol):
         """The agent's changes against the base commit, untracked files included, as a git patch."""
         ...
 
+    def kill_agent_processes(self) -> None:
+        """Kill every process started inside (the agent's, daemons included); the files stay for
+        :meth:`diff`. Called when the harness returns, before the diff is taken, so nothing the agent
+        left running can write to the repo or its session afterwards."""
+        ...
+
     def close(self) -> None:
         """Kill everything still running and delete the sandbox."""
         ...

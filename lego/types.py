@@ -18,6 +18,7 @@ __all__ = [
     "DiscardedGeneration",
     "Endpoint",
     "ExecResult",
+    "FailureCause",
     "FinishReason",
     "Generation",
     "GradeResult",
@@ -37,6 +38,7 @@ TerminationLabel = Literal["completed", "overlong", "max_turns", "timeout", "har
 infrastructure failures: masked out of the loss and counted, never scored as reward 0."""
 
 INFRA_LABELS: frozenset[str] = frozenset({"env_error", "harness_error"})
+FailureCause = Literal["policy", "infrastructure"]
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -215,11 +217,18 @@ class Trajectory(BaseModel):
     counters: dict[str, float] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    cause: FailureCause = Field(
+        default="policy",
+        description="Who the outcome belongs to: 'policy' (scored, trained on) or 'infrastructure' "
+        "(proxy/engine down, sandbox not created before the agent acted, a harness crash the agent's "
+        "commands did not cause: masked out of the loss and out of pass@1, counted apart).",
+    )
+    cause_detail: str = Field(default="", description="Why the cause was attributed so, in one line.")
     created_at: float = Field(default_factory=time.time)
 
     @property
     def is_infra_failure(self) -> bool:
-        return self.termination in INFRA_LABELS and not self.metadata.get("policy_caused", False)
+        return self.cause == "infrastructure"
 
     @property
     def num_sampled_tokens(self) -> int:
@@ -256,8 +265,8 @@ class Endpoint(BaseModel):
 class RequestContext(BaseModel):
     """What the proxy knows about a call besides the prompt ids; engines may ignore it.
 
-    The oracle engine reads ``tools`` (to find the harness's shell tool) and ``session_metadata``
-    (the task's gold patch, put there by whoever opened the session).
+    The oracle engine reads ``tools`` (to find the harness's shell tool) and ``answer`` (the task's
+    gold patch: given to a session only when the engine is the oracle; never exported).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -267,6 +276,7 @@ class RequestContext(BaseModel):
     messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
     session_metadata: dict[str, Any] = Field(default_factory=dict)
+    answer: str | None = Field(default=None, description="The gold patch, for the oracle engine only.")
 
 
 class ExecResult(BaseModel):

@@ -47,10 +47,12 @@ def test_from_trajectory_maps_counts_and_infra() -> None:
     counted = traj.model_copy(update={"counters": {"turns": 7, "prompt_tokens": 900, "completion_tokens": 80}})
     r = SampleResult.from_trajectory(key, counted)
     assert (r.turns, r.prompt_tokens, r.completion_tokens) == (7, 900, 80)
-    broken = traj.model_copy(update={"termination": "env_error", "metadata": {"error": "sandbox died"}})
+    broken = traj.model_copy(
+        update={"termination": "env_error", "cause": "infrastructure", "metadata": {"error": "sandbox died"}}
+    )
     r = SampleResult.from_trajectory(key, broken)
     assert r.infra and not r.passed and r.error == "sandbox died"
-    policy_caused = traj.model_copy(update={"termination": "harness_error", "metadata": {"policy_caused": True}})
+    policy_caused = traj.model_copy(update={"termination": "harness_error", "cause": "policy"})
     assert not SampleResult.from_trajectory(key, policy_caused).infra
 
 

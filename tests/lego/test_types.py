@@ -63,11 +63,13 @@ def test_trajectory_round_trip_and_infra_flag() -> None:
         harness="lego-agent",
         segments=[seg],
         termination="env_error",
+        cause="infrastructure",
+        cause_detail="sandbox creation failed before the agent acted",
         reward=None,
         guard_flags={"test_tamper": False},
     )
     back = Trajectory.model_validate_json(traj.model_dump_json())
     assert back == traj
     assert back.is_infra_failure and back.num_sampled_tokens == 1
-    back.metadata["policy_caused"] = True
-    assert not back.is_infra_failure
+    # An env_error the agent caused is the policy's: scored, not masked.
+    assert not back.model_copy(update={"cause": "policy"}).is_infra_failure
