@@ -13,6 +13,18 @@ set -euo pipefail
 IMAGE=${LEGO_DOCKER_TEST_IMAGE:-lego-test-bookworm:latest}
 ROOTFS=${ROOTFS:-/tmp/lego-rootfs}
 
+apt_mirror() {
+  if [ -n "${DEBIAN_MIRROR:-}" ]; then echo "$DEBIAN_MIRROR"; return; fi
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' "$f"
+  done | head -n 1 | grep . && return
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\// && $i ~ /\/debian\/?$/) { print $i; exit } }' |
+    head -n 1
+}
+
 if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap
 fi
@@ -26,8 +38,11 @@ fi
 if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
   if [ ! -x "$ROOTFS/usr/bin/socat" ]; then
     rm -rf "$ROOTFS"
-    debootstrap --variant=minbase --include=git,socat,python3,python3-pytest bookworm "$ROOTFS" \
-      http://deb.debian.org/debian
+    # The mirror is this machine's own: the first Debian archive its apt sources name (deb822
+    # .sources files or one-line .list files), so no host name is written into the project.
+    mirror=$(apt_mirror)
+    [ -n "$mirror" ] || { echo "no Debian mirror found in /etc/apt/sources.list{,.d/*}; set DEBIAN_MIRROR" >&2; exit 1; }
+    debootstrap --variant=minbase --include=git,socat,python3,python3-pytest bookworm "$ROOTFS" "$mirror"
   fi
   tar -C "$ROOTFS" -c . | docker import -c 'ENV PATH=/usr/local/bin:/usr/bin:/bin' - "$IMAGE"
 fi

@@ -12,7 +12,14 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing system packages: ${missing[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  # Another apt (unattended upgrades, a second set-up) may hold the dpkg lock: wait for it for up to
+  # five minutes instead of failing with dpkg's raw lock error, and say so if it never frees.
+  lock=(-o DPkg::Lock::Timeout=300)
+  if ! { $SUDO apt-get "${lock[@]}" update -qq && $SUDO apt-get "${lock[@]}" install -y -qq "${missing[@]}" >/dev/null; }; then
+    echo "could not install ${missing[*]} with apt-get (is another package manager still running?);" \
+      "install them yourself, then re-run: bash scripts/setup.sh" >&2
+    exit 1
+  fi
 fi
 
 PY=${PYTHON:-python3}
