@@ -1,15 +1,27 @@
-"""The proxy's ASGI app (starlette): routes, auth, body limits, error shapes, streaming.
+"""The proxy's ASGI apps (starlette): routes, auth, body limits, error shapes, streaming.
 
-Routes exist twice, under a session prefix ``/s/{session}`` and without one (the ``default``
-session): ``POST /v1/chat/completions``, ``POST /v1/messages``, ``POST /v1/messages/count_tokens``,
-``POST /v1/responses``, ``GET /v1/models``. Plus ``GET /healthz``, ``GET /s/{session}/trajectory``
-and ``DELETE /s/{session}``.
+The proxy has two faces, two apps over one :class:`~proxies.service.ProxyService`:
+
+* The **model face** (``build_app(service, face="model")``) is all a sandbox can reach. It has the
+  model routes only -- ``POST /v1/chat/completions``, ``POST /v1/messages``,
+  ``POST /v1/messages/count_tokens``, ``POST /v1/responses``, ``GET /v1/models[/{id}]`` -- and the
+  request's API key (``Authorization: Bearer KEY`` or ``x-api-key: KEY``) *is* the session: the
+  per-session token :meth:`ProxyService.open_session` minted. An unknown, sealed or closed token is
+  a 401 in the calling API's own error shape. The routes also exist under ``/s/{session}`` so
+  harness URLs keep their usual form, but the prefix must name the token's own session (any other
+  is a 404): an agent that reads its harness's key can act as its own session and nothing else. No
+  session is ever created here, and there is no trajectory, metadata, delete or health route.
+* The **control face** (``face="control"``) is the trainer's and the ``lego proxy`` user's: the
+  same model routes, with and without the ``/s/{session}`` prefix (no prefix: the ``default``
+  session; unknown sessions are created on first use unless ``strict_sessions``), plus
+  ``GET /healthz``, ``GET /s/{session}/trajectory``, ``POST /s/{session}`` (open a session; returns
+  its model-face token) and ``DELETE /s/{session}``. ``proxy.api_key``, when set, guards all of it.
 
 Every request is answered: a bad one gets the calling API's own error shape and status (400
-invalid request, 401 bad key, 404 unknown session in strict mode, 413 body too large, 502/503
-engine failures with ``retry-after``), and the server keeps serving. While a generation runs the
-app watches the connection; if the client goes away the generation task is cancelled and nothing
-is recorded. A stream starts after the generation has finished, so errors keep their real status.
+invalid request, 401 bad key, 404 unknown session, 413 body too large, 502/503 engine failures
+with ``retry-after``), and the server keeps serving. While a generation runs the app watches the
+connection; if the client goes away the generation task is cancelled and nothing is recorded. A
+stream starts after the generation has finished, so errors keep their real status.
 """
 
 from __future__ import annotations
@@ -20,10 +32,10 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -31,9 +43,11 @@ from starlette.routing import Route
 
 from proxies import anthropic_messages, openai_chat, openai_responses
 from proxies.errors import Api, ApiError, error_body
-from proxies.service import ChatResult, ProxyService
+from proxies.service import ChatResult, ProxyService, Session
 
-__all__ = ["build_app"]
+__all__ = ["Face", "build_app"]
+
+Face = Literal["model", "control"]
 
 log = logging.getLogger("lego.proxy")
 T = TypeVar("T")
@@ -41,6 +55,18 @@ M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[Request], Awaitable[Response]]
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _MAX_STORED_RESPONSES = 256
+
+
+class OpenSessionRequest(BaseModel):
+    """``POST /s/{session}`` on the control face: what :meth:`ProxyService.open_session` takes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    answer: str | None = None
+    training: bool = False
+    temperature: float | None = None
+    max_turns: int | None = Field(None, ge=1)
 
 
 class _ClientGone(Exception):
@@ -59,18 +85,26 @@ def _validation_message(exc: ValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
-def build_app(service: ProxyService) -> Starlette:
-    """The ASGI app serving ``service``."""
+def _given_key(request: Request) -> str:
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+
+
+def build_app(service: ProxyService, face: Face = "control") -> Starlette:
+    """The ASGI app serving ``service``'s ``face`` (see the module docstring)."""
     cfg = service.config
     limit = int(cfg.max_body_mb * 1024 * 1024)
-    stored: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # response id -> conversation (Responses API)
+    # (session id, response id) -> conversation (Responses API): a response id from one session
+    # means nothing in another, so no session can continue (or read) another's conversation.
+    stored: OrderedDict[tuple[str, str], list[dict[str, Any]]] = OrderedDict()
 
     def check_auth(request: Request) -> None:
+        if face == "model":
+            # The key is the session; resolving it is the authentication (see session_of).
+            return
         if not cfg.api_key:
             return
-        auth = request.headers.get("authorization", "")
-        given = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-        if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+        if not hmac.compare_digest(_given_key(request).encode(), cfg.api_key.encode()):
             raise ApiError(
                 401,
                 "invalid or missing API key; send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
@@ -138,8 +172,29 @@ def build_app(service: ProxyService) -> Starlette:
 
         return handler
 
-    def session_of(request: Request) -> str:
-        return str(request.path_params.get("session", "default"))
+    def session_of(request: Request) -> Session:
+        """The session a model call records into.
+
+        Model face: the session whose token the request carries; a ``/s/{session}`` prefix must
+        name that same session. Control face: the session the prefix names (``default`` without
+        one), created on first use unless strict."""
+        named = request.path_params.get("session")
+        if face == "control":
+            return service.session(str(named or "default"))
+        s = service.session_for_token(_given_key(request))
+        if s is None:
+            raise ApiError(
+                401,
+                "invalid, missing or revoked session key; send the key of an open session as "
+                "'Authorization: Bearer KEY' or 'x-api-key: KEY'",
+                "authentication",
+            )
+        if named is not None and named != s.id:
+            raise ApiError(404, f"unknown session {named!r} for this key", "not_found")
+        return s
+
+    def named_session(request: Request) -> str:
+        return str(request.path_params["session"])
 
     def model_name(requested: str) -> str:
         return requested or cfg.served_model_name
@@ -169,6 +224,8 @@ def build_app(service: ProxyService) -> Starlette:
         return respond(res, anthropic_messages.messages_response(res, name), None)
 
     async def count_tokens(request: Request) -> Response:
+        if face == "model":
+            session_of(request)  # a model-face route like any other: only an open session's key
         data = await read_json(request)
         data.setdefault("max_tokens", 1)
         creq = anthropic_messages.to_chat_request(parse(anthropic_messages.MessagesRequest, data))
@@ -176,9 +233,10 @@ def build_app(service: ProxyService) -> Starlette:
 
     async def responses(request: Request) -> Response:
         req = parse(openai_responses.ResponsesRequest, await read_json(request))
+        session = session_of(request)
         history = None
         if req.previous_response_id is not None:
-            history = stored.get(req.previous_response_id)
+            history = stored.get((session.id, req.previous_response_id))
             if history is None:
                 raise ApiError(
                     400,
@@ -186,14 +244,16 @@ def build_app(service: ProxyService) -> Starlette:
                     param="previous_response_id",
                 )
         creq = openai_responses.to_chat_request(req, history)
-        res = await guarded(request, service.complete(session_of(request), creq, "responses"))
+        res = await guarded(request, service.complete(session, creq, "responses"))
         body = openai_responses.responses_response(res, req, model_name(req.model))
-        stored[body["id"]] = [m for m in creq.messages if m["role"] != "system"] + [res.message]
+        stored[(session.id, body["id"])] = [m for m in creq.messages if m["role"] != "system"] + [res.message]
         while len(stored) > _MAX_STORED_RESPONSES:
             stored.popitem(last=False)
         return respond(res, body, openai_responses.responses_stream(body) if creq.stream else None)
 
     async def models(request: Request) -> Response:
+        if face == "model":
+            session_of(request)
         name = cfg.served_model_name
         return JSONResponse(
             {
@@ -212,6 +272,8 @@ def build_app(service: ProxyService) -> Starlette:
         )
 
     async def model_card(request: Request) -> Response:
+        if face == "model":
+            session_of(request)
         name = str(request.path_params["model_id"])  # any name is served by the policy
         return JSONResponse(
             {"id": name, "object": "model", "created": 0, "owned_by": "lego", "type": "model", "display_name": name}
@@ -223,16 +285,27 @@ def build_app(service: ProxyService) -> Starlette:
         )
 
     async def trajectory(request: Request) -> Response:
-        s = service.session(session_of(request), create=False)
+        s = service.session(named_session(request), create=False)
         return JSONResponse(service.trajectory(s.id).model_dump(mode="json"))
 
+    async def open_session(request: Request) -> Response:
+        sid = named_session(request)
+        opts = parse(OpenSessionRequest, await read_json(request))
+        try:
+            s = service.open_session(sid, **opts.model_dump())
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from exc
+        return JSONResponse({"session_id": s.id, "token": s.token})
+
     async def delete_session(request: Request) -> Response:
-        sid = session_of(request)
+        sid = named_session(request)
         if not service.close_session(sid):
             raise ApiError(404, f"unknown session {sid!r}", "not_found")
         return JSONResponse({"deleted": sid})
 
-    routes = [Route("/healthz", endpoint("chat", healthz), methods=["GET"])]
+    routes: list[Route] = []
+    if face == "control":
+        routes.append(Route("/healthz", endpoint("chat", healthz), methods=["GET"]))
     for prefix in ("", "/s/{session}"):
         routes += [
             Route(f"{prefix}/v1/chat/completions", endpoint("chat", chat), methods=["POST"]),
@@ -242,8 +315,10 @@ def build_app(service: ProxyService) -> Starlette:
             Route(f"{prefix}/v1/models", endpoint("chat", models), methods=["GET"]),
             Route(f"{prefix}/v1/models/{{model_id:path}}", endpoint("chat", model_card), methods=["GET"]),
         ]
-    routes += [
-        Route("/s/{session}/trajectory", endpoint("chat", trajectory), methods=["GET"]),
-        Route("/s/{session}", endpoint("chat", delete_session), methods=["DELETE"]),
-    ]
+    if face == "control":
+        routes += [
+            Route("/s/{session}/trajectory", endpoint("chat", trajectory), methods=["GET"]),
+            Route("/s/{session}", endpoint("chat", open_session), methods=["POST"]),
+            Route("/s/{session}", endpoint("chat", delete_session), methods=["DELETE"]),
+        ]
     return Starlette(routes=routes)

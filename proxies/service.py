@@ -3,19 +3,30 @@
 Every API route converts its request into a :class:`ChatRequest` (canonical OpenAI-style messages),
 calls :meth:`ProxyService.complete`, and converts the :class:`ChatResult` back. ``complete``:
 
-1. finds the session (strict mode: unknown sessions are a 404) and the thread's lock -- calls on
-   one thread are serialized, threads and sessions run concurrently;
+1. takes the session the route resolved (by its token on the model face, by its id on the control
+   face; see :mod:`proxies.app`) and the thread's lock -- calls on one thread are serialized,
+   threads and sessions run concurrently;
 2. asks the session's :class:`~proxies.recorder.SessionRecorder` for the engine prompt;
 3. fits ``max_tokens`` into the context window (no room: a non-retryable 400 and, on the main
    thread, the trajectory is labelled ``overlong``), applies the training-mode sampling override;
 4. awaits ``engine.generate`` (cancelled with the request if the client goes away; nothing is
    recorded then), cuts the generation at the first stop string, parses it into an assistant
-   message and commits it to the recorder.
+   message and commits it to the recorder -- unless the session was sealed or closed meanwhile.
+
+Sessions and secrets. :meth:`ProxyService.open_session` mints a per-session token: on the model
+face (what sandboxes reach) the request's API key *is* the session, so an agent holding its own
+token can reach its own session's model routes and nothing else. Tokens are kept only as SHA-256
+digests (a lookup compares digests, so its timing says nothing about the secret); sealing or
+closing the session revokes its token. The task's answer (the gold patch) is kept apart from the
+metadata, handed to the engine only as ``RequestContext.answer``, accepted only by an engine that
+declares ``takes_answer = True`` (the oracle), and never exported in a trajectory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -74,10 +85,18 @@ class ChatResult:
 
 @dataclass
 class Session:
-    """One rollout's state: its recorder, locks, and what the rollout code told us about it."""
+    """One rollout's state: its recorder, locks, and what the rollout code told us about it.
+
+    ``token``: the model-face secret (see the module docstring). ``answer``: the gold patch, for an
+    engine that takes it (the oracle); never exported. ``sealed``: the episode is over, the token
+    is revoked and nothing more is recorded (the trajectory is still readable on the control face).
+    """
 
     id: str
     recorder: SessionRecorder
+    token: str = field(default="", repr=False)
+    answer: str | None = field(default=None, repr=False)
+    sealed: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
     training: bool = False
     temperature: float | None = None
@@ -98,6 +117,15 @@ class Session:
         return self.locks[key]
 
 
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def takes_answer(engine: Engine) -> bool:
+    """Whether ``engine`` declares that it plays the task's answer (``takes_answer = True``: the oracle)."""
+    return getattr(engine, "takes_answer", False) is True
+
+
 class ProxyService:
     """Sessions and the generation flow, shared by all routes (see the module docstring)."""
 
@@ -106,6 +134,7 @@ class ProxyService:
         self.chat = chat_format
         self.config = config or ProxyConfig()
         self.sessions: dict[str, Session] = {}
+        self._by_token: dict[bytes, Session] = {}  # sha256(token) -> session; the model face's only way in
 
     # ------------------------------------------------------------------ sessions
     def open_session(
@@ -113,24 +142,60 @@ class ProxyService:
         session_id: str,
         *,
         metadata: dict[str, Any] | None = None,
+        answer: str | None = None,
         training: bool = False,
         temperature: float | None = None,
         max_turns: int | None = None,
     ) -> Session:
+        """A fresh session under ``session_id`` (replacing, and revoking, any session of that id).
+
+        ``answer``: the task's gold patch, only for an engine that takes it (the oracle); any other
+        engine would hold a secret it has no use for, so that is refused rather than ignored."""
         if training and temperature is None:
             raise ValueError("a training session needs the run's temperature (temperature=...)")
+        if answer is not None and not takes_answer(self.engine):
+            raise ValueError(
+                f"the {type(self.engine).__name__} engine does not take the task's answer; pass answer= only "
+                "when the engine is the oracle (ProxyServer.takes_answer says whether it is)"
+            )
+        if metadata and "gold_patch" in metadata:
+            raise ValueError(
+                "session metadata is exported with the trajectory and must not hold the gold patch; "
+                "pass it as open_session(..., answer=task.patch), for the oracle engine only"
+            )
+        self.close_session(session_id)
+        token = "lego-" + secrets.token_urlsafe(32)
         s = Session(
             id=session_id,
             recorder=SessionRecorder(self.chat),
+            token=token,
+            answer=answer,
             metadata=dict(metadata or {}),
             training=training,
             temperature=temperature,
             max_turns=max_turns,
         )
         self.sessions[session_id] = s
+        self._by_token[_digest(token)] = s
         return s
 
+    def session_for_token(self, token: str) -> Session | None:
+        """The open, unsealed session whose model-face token is ``token`` (None: no such session)."""
+        if not token:
+            return None
+        return self._by_token.get(_digest(token))
+
+    def seal_session(self, session_id: str) -> bool:
+        """End the episode: revoke the token, record nothing more; the trajectory stays readable."""
+        s = self.sessions.get(session_id)
+        if s is None:
+            return False
+        s.sealed = True
+        self._by_token.pop(_digest(s.token), None)
+        return True
+
     def session(self, session_id: str, *, create: bool = True) -> Session:
+        """The control face's lookup by id: unknown ids are created unless strict (or ``create=False``)."""
         s = self.sessions.get(session_id)
         if s is None:
             if self.config.strict_sessions or not create:
@@ -139,7 +204,13 @@ class ProxyService:
         return s
 
     def close_session(self, session_id: str) -> bool:
-        return self.sessions.pop(session_id, None) is not None
+        """Forget the session and revoke its token; in-flight calls of it record nothing."""
+        s = self.sessions.pop(session_id, None)
+        if s is None:
+            return False
+        s.sealed = True
+        self._by_token.pop(_digest(s.token), None)
+        return True
 
     def trajectory(self, session_id: str) -> Trajectory:
         s = self.session(session_id, create=False)
@@ -171,9 +242,10 @@ class ProxyService:
             raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
         return len(self.chat.encode(text))
 
-    async def complete(self, session_id: str, req: ChatRequest, api: Api) -> ChatResult:
+    async def complete(self, s: Session, req: ChatRequest, api: Api) -> ChatResult:
         t0 = time.perf_counter()
-        s = self.session(session_id)
+        session_id = s.id
+        self._check_open(s)
         rec = s.recorder
         key = rec.resolve_thread(req.messages, req.tools)
         async with s.lock(key):
@@ -190,7 +262,12 @@ class ProxyService:
             sampling, headers = self._sampling(s, req, len(call.prompt_ids), main)
             # model_construct: the messages were validated on the way in; re-validating is O(history).
             ctx = RequestContext.model_construct(
-                session_id=session_id, api=api, messages=call.messages, tools=req.tools, session_metadata=s.metadata
+                session_id=session_id,
+                api=api,
+                messages=call.messages,
+                tools=req.tools,
+                session_metadata=s.metadata,
+                answer=s.answer,
             )
             t_engine = time.perf_counter()
             try:
@@ -209,6 +286,7 @@ class ProxyService:
                     502, f"the policy engine failed: {type(exc).__name__}: {exc}", "engine", retry_after=1
                 ) from exc
             engine_s = time.perf_counter() - t_engine
+            self._check_open(s)  # sealed while the engine ran: the episode is over, record nothing
             gen, stop_hit = self._apply_stop(gen, req.stop)
             s.calls += 1
             parsed = self.chat.parse(gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}")
@@ -232,6 +310,15 @@ class ProxyService:
             headers=headers,
             stop_sequence=stop_hit,
         )
+
+    @staticmethod
+    def _check_open(s: Session) -> None:
+        if s.sealed:
+            raise ApiError(
+                401,
+                f"session {s.id!r} has ended (sealed or closed by the rollout); its key no longer works",
+                "authentication",
+            )
 
     def _sampling(
         self, s: Session, req: ChatRequest, prompt_len: int, main: bool

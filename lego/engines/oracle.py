@@ -2,8 +2,9 @@
 
 It proves a harness integration end to end (harness -> proxy -> engine -> sandbox -> grader)
 without a capable policy; it never trains. Each call reads the request (``RequestContext``: the
-canonical OpenAI messages and tools, and the session metadata holding ``gold_patch``) and answers
-with the harness's own way to act:
+canonical OpenAI messages and tools, and ``answer``: the task's gold patch, which the proxy hands to
+this engine alone -- ``open_session(..., answer=task.patch)`` is refused for any engine that does not
+declare ``takes_answer``) and answers with the harness's own way to act:
 
 - a tool-calling harness: one call of its shell tool (a tool named like bash / terminal / shell /
   exec_command whose schema has a ``command``/``cmd`` parameter) that pipes the patch, base64
@@ -231,20 +232,20 @@ class OracleEngine:
 
     ``chat_format`` renders the reply to ids; ``scorer`` is any engine with a real ``score``
     (e.g. the TransformersEngine of the tiny default model). The gold patch comes from
-    ``context.session_metadata[patch_key]``.
+    ``context.answer`` (``takes_answer``: the proxy gives a session's answer to this engine only).
     """
+
+    takes_answer = True
 
     def __init__(
         self,
         chat_format: ChatFormatLike,
         scorer: Engine,
-        patch_key: str = "gold_patch",
         score_context: int = 512,
         max_model_len: int = 1 << 20,
     ) -> None:
         self.chat_format = chat_format
         self.scorer = scorer
-        self.patch_key = patch_key
         self.score_context = score_context
         self.max_model_len = max_model_len
         self.policy_version = 0
@@ -264,12 +265,12 @@ class OracleEngine:
         self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
     ) -> Generation:
         start = time.monotonic()
-        if context is None or not isinstance(context.session_metadata.get(self.patch_key), str):
+        if context is None or context.answer is None:
             raise EngineError(
-                f"the oracle engine needs the task's gold patch in the session metadata key {self.patch_key!r}; "
-                "open the proxy session with metadata={'gold_patch': task.patch}"
+                "the oracle engine needs the task's gold patch and this session has none; "
+                "open the proxy session with open_session(..., answer=task.patch)"
             )
-        reply = plan_reply(context, context.session_metadata[self.patch_key])
+        reply = plan_reply(context, context.answer)
         ids = self.reply_ids(reply)
         finish = "stop"
         if len(ids) > sampling.max_tokens:

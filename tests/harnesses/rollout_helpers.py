@@ -8,7 +8,7 @@ from typing import Any
 
 from lego.config import SandboxConfig
 from lego.seams import Harness
-from lego.types import Endpoint, HarnessLimits, Task
+from lego.types import HarnessLimits, Task
 
 __all__ = ["run_one"]
 
@@ -19,17 +19,15 @@ def run_one(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> 
     from sandboxes.local import LocalSandbox
 
     sid = f"{harness.name}-{uuid.uuid4().hex[:8]}"
-    proxy.open_session(sid, metadata={"gold_patch": task.patch, "task_id": task.instance_id})
+    answer = task.patch if proxy.takes_answer else None  # the gold patch reaches the oracle engine only
+    proxy.open_session(sid, metadata={"task_id": task.instance_id}, answer=answer)
     default = SandboxConfig()
     memory_mb = max(default.memory_mb, getattr(harness, "min_memory_mb", 0))
     cfg = SandboxConfig(memory_mb=memory_mb, command_timeout_s=limits.timeout_s)
     binds = harness.ro_binds() if hasattr(harness, "ro_binds") else []
-    sandbox = LocalSandbox(task, cfg, proxy_uds=Path(proxy.uds), ro_binds=binds)
+    sandbox = LocalSandbox(task, cfg, proxy_uds=Path(proxy.model_uds), ro_binds=binds)  # the model face only
     try:
-        root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
-        endpoint = Endpoint(
-            base_url=f"{root}/v1", anthropic_base_url=root, model=proxy.config.served_model_name, session_id=sid
-        )
+        endpoint = proxy.endpoint(sid, root_url=f"http://127.0.0.1:{sandbox.proxy_port}")
         harness.prepare(sandbox, endpoint)
         result = harness.run(task, sandbox, endpoint, limits)
         diff = sandbox.diff()

@@ -24,7 +24,7 @@ def test_generate_scores_the_oracle_reply(tiny_model_dir: Path, chat_format) -> 
     engine = OracleEngine(chat_format, scorer, score_context=64)
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Fix x."}]
     prompt = chat_format.render(messages, TOOLS, add_generation_prompt=True)
-    context = RequestContext(messages=messages, tools=TOOLS, session_metadata={"gold_patch": PATCH})
+    context = RequestContext(messages=messages, tools=TOOLS, answer=PATCH)
     gen = asyncio.run(engine.generate(prompt, SamplingParams(temperature=1.0, max_tokens=4096), context))
     assert gen.finish_reason == "stop" and gen.token_ids[-1] == chat_format.im_end_id
     call = chat_format.parse(gen.token_ids, tools=TOOLS).tool_calls[0]
@@ -38,5 +38,5 @@ def test_generate_scores_the_oracle_reply(tiny_model_dir: Path, chat_format) -> 
 
 def test_generate_without_a_gold_patch_says_how_to_provide_it(chat_format) -> None:
     engine = OracleEngine(chat_format, scorer=None)  # type: ignore[arg-type]
-    with pytest.raises(EngineError, match="gold_patch"):
+    with pytest.raises(EngineError, match=r"answer=task.patch"):
         asyncio.run(engine.generate([1, 2], SamplingParams(), RequestContext()))

@@ -57,7 +57,7 @@ def after(reply: OracleReply, messages: list[dict]) -> list[dict]:
 
 
 def ctx(messages: list[dict], tools: list[dict]) -> RequestContext:
-    return RequestContext(messages=messages, tools=tools, session_metadata={"gold_patch": PATCH})
+    return RequestContext(messages=messages, tools=tools, answer=PATCH)
 
 
 START = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix add()."}]
