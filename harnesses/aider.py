@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
-from lego.seams import Sandbox
+from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
 
 __all__ = ["AiderHarness"]
@@ -68,12 +68,10 @@ class AiderHarness(InstalledHarness):
             task.problem_statement,
         ]
 
-    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
-        self.home = sandbox_home(sandbox)
-        self.env = self.environment(endpoint, self.home)
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        home = sandbox_home(sandbox)
+        return PreparedRun(endpoint=endpoint, home=home, env=self.environment(endpoint, home))
 
-    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
-        if not self.home:
-            self.prepare(sandbox, endpoint)
-        res = self.launch(sandbox, [self.executable(), *self.arguments(task, endpoint)], limits.timeout_s)
-        return result_from_exec(res)
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        argv = [self.executable(), *self.arguments(task, prepared.endpoint)]
+        return result_from_exec(self.launch(sandbox, prepared, argv, limits.timeout_s))

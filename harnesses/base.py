@@ -6,7 +6,9 @@ and ``ro_binds()``: the host paths whoever creates the sandbox must bind read-on
 of installed harnesses also say ``min_memory_mb``: the sandbox's per-process address-space limit
 must be at least that (Bun-built CLIs reserve several GB of virtual memory at start).
 It only writes environment variables and config files and launches the harness's own CLI or SDK
-entry point inside the sandbox; it never patches the harness. Installs live under
+entry point inside the sandbox; it never patches the harness. An adapter holds configuration only:
+``prepare`` returns a :class:`~lego.seams.PreparedRun` (home, environment, files written) that
+``run`` of the same rollout receives, so one cached adapter serves any number of concurrent rollouts. Installs live under
 ``lego.paths.data_dir()/harnesses/<name>/`` (see :mod:`harnesses.install`), which the sandbox
 binds read-only at the same path.
 """
@@ -23,7 +25,7 @@ from typing import Any, ClassVar
 from harnesses.install import InstallSpec, installed_version
 from lego.errors import ConfigError, HarnessError
 from lego.registry import Registry
-from lego.seams import Harness, Sandbox
+from lego.seams import Harness, PreparedRun, Sandbox
 from lego.types import ExecResult, HarnessResult, TerminationLabel
 
 __all__ = [
@@ -113,18 +115,15 @@ def sandbox_home(sandbox: Sandbox) -> str:
 class InstalledHarness:
     """Shared plumbing for adapters of harnesses installed under the lego data dir.
 
-    Subclasses set ``name`` and ``install_spec`` and implement ``prepare`` / ``run``. ``env`` holds
-    the variables ``prepare`` computed; ``run`` passes them to the harness process.
+    Subclasses set ``name`` and ``install_spec`` and implement ``prepare`` / ``run``; the
+    variables ``prepare`` computed travel in its :class:`~lego.seams.PreparedRun`, and :meth:`launch`
+    passes them to the harness process.
     """
 
     name: ClassVar[str]
     install_spec: ClassVar[InstallSpec]
     min_memory_mb: ClassVar[int] = 0
     """Least per-process address space (RLIMIT_AS) the harness runs under; 0: the sandbox default."""
-
-    def __init__(self) -> None:
-        self.env: dict[str, str] = {}
-        self.home: str = ""
 
     def version(self) -> str:
         return installed_version(self.name)
@@ -159,10 +158,15 @@ class InstalledHarness:
         sandbox.write(path, text.encode())
 
     def launch(
-        self, sandbox: Sandbox, argv: Sequence[str], timeout: float, extra_env: Mapping[str, str] | None = None
+        self,
+        sandbox: Sandbox,
+        prepared: PreparedRun,
+        argv: Sequence[str],
+        timeout: float,
+        extra_env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        """Run the harness inside the sandbox from the repo directory, stdin closed."""
-        env = {**self.env, **(extra_env or {})}
+        """Run the harness inside the sandbox from the repo directory, stdin closed, in ``prepared``'s environment."""
+        env = {**prepared.env, **(extra_env or {})}
         cmd = " ".join(shlex.quote(a) for a in argv) + " < /dev/null"
         return sandbox.exec(["bash", "-c", cmd], env=env, timeout=timeout, cwd=sandbox.repo_dir)
 

@@ -21,7 +21,7 @@ from typing import ClassVar
 from harnesses.base import InstalledHarness, json_lines, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
 from harnesses.intercept import Interceptor
-from lego.seams import Sandbox
+from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
 
 __all__ = ["ClaudeCodeHarness"]
@@ -35,7 +35,6 @@ class ClaudeCodeHarness(InstalledHarness):
     min_memory_mb: ClassVar[int] = 16384  # a Bun binary: under a 4 GB RLIMIT_AS it dies at random (SIGILL)
 
     def __init__(self, intercept: bool = False) -> None:
-        super().__init__()
         self.interceptor = Interceptor() if intercept else None
 
     def ro_binds(self) -> list[Path]:
@@ -66,11 +65,12 @@ class ClaudeCodeHarness(InstalledHarness):
             del env["ANTHROPIC_BASE_URL"]
         return env
 
-    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
-        self.home = sandbox_home(sandbox)
-        self.env = self.environment(endpoint, self.home)
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        home = sandbox_home(sandbox)
+        env = self.environment(endpoint, home)
         if self.interceptor is not None:
-            self.env.update(self.interceptor.start(sandbox, endpoint))
+            env.update(self.interceptor.start(sandbox, endpoint))
+        return PreparedRun(endpoint=endpoint, home=home, env=env)
 
     def arguments(self, task: Task, endpoint: Endpoint, max_turns: int) -> list[str]:
         return [
@@ -86,11 +86,9 @@ class ClaudeCodeHarness(InstalledHarness):
             str(max_turns),
         ]
 
-    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
-        if not self.home:
-            self.prepare(sandbox, endpoint)
-        argv = [self.executable(), *self.arguments(task, endpoint, limits.max_turns)]
-        res = self.launch(sandbox, argv, limits.timeout_s)
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        argv = [self.executable(), *self.arguments(task, prepared.endpoint, limits.max_turns)]
+        res = self.launch(sandbox, prepared, argv, limits.timeout_s)
         result = result_from_exec(res)
         final = [e for e in json_lines(res.stdout) if e.get("type") == "result"]
         if final:

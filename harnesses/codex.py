@@ -22,7 +22,7 @@ from typing import ClassVar
 from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
 from harnesses.intercept import Interceptor
-from lego.seams import Sandbox
+from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
 
 __all__ = ["CodexHarness"]
@@ -43,7 +43,6 @@ class CodexHarness(InstalledHarness):
     )
 
     def __init__(self, context_window: int = 32768, intercept: bool = False) -> None:
-        super().__init__()
         self.context_window = context_window
         self.interceptor = Interceptor() if intercept else None
 
@@ -84,18 +83,18 @@ class CodexHarness(InstalledHarness):
             env["CODEX_API_KEY"] = endpoint.api_key
         return env
 
-    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
-        self.home = sandbox_home(sandbox)
-        self.env = self.environment(endpoint, self.home)
-        self.write_file(sandbox, f"{self.home}/.codex/config.toml", self.config_toml(endpoint))
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        home = sandbox_home(sandbox)
+        env = self.environment(endpoint, home)
+        config = f"{home}/.codex/config.toml"
+        self.write_file(sandbox, config, self.config_toml(endpoint))
         if self.interceptor is not None:
-            self.env.update(self.interceptor.start(sandbox, endpoint))
-            self.env["CODEX_CA_CERTIFICATE"] = self.interceptor.ca_path
+            env.update(self.interceptor.start(sandbox, endpoint))
+            env["CODEX_CA_CERTIFICATE"] = env["SSL_CERT_FILE"]
+        return PreparedRun(endpoint=endpoint, home=home, env=env, files={"config": config})
 
-    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
-        if not self.home:
-            self.prepare(sandbox, endpoint)
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
         argv = [self.executable(), "exec", "--json", "--skip-git-repo-check"]
         argv += ["--dangerously-bypass-approvals-and-sandbox", "--color", "never", "-C", sandbox.repo_dir]
         argv += [task.problem_statement]
-        return result_from_exec(self.launch(sandbox, argv, limits.timeout_s))
+        return result_from_exec(self.launch(sandbox, prepared, argv, limits.timeout_s))

@@ -49,20 +49,23 @@ def request(flow: http.HTTPFlow) -> None:
 
 
 class Interceptor:
-    """Runs ``mitmdump`` in a sandbox and says which variables route a harness through it."""
+    """Runs ``mitmdump`` in a sandbox and says which variables route a harness through it.
+
+    Configuration only (port, hosts): what one sandbox's interceptor made (its CA) is in the
+    environment :meth:`start` returns, so one adapter's interceptor serves concurrent rollouts."""
 
     name: ClassVar[str] = "mitmproxy"
 
     def __init__(self, port: int = 18443, hosts: tuple[str, ...] = PROVIDER_HOSTS) -> None:
         self.port = port
         self.hosts = hosts
-        self.ca_path = ""
 
     def ro_binds(self) -> list[Path]:
         return [MITM_SPEC.install_dir(self.name)]
 
     def start(self, sandbox: Sandbox, endpoint: Endpoint, wait_s: float = 60.0) -> dict[str, str]:
-        """Start mitmdump in the background; return the harness's extra environment."""
+        """Start mitmdump in the background; return the harness's extra environment (the CA of this
+        sandbox's mitmdump is ``SSL_CERT_FILE`` there)."""
         exe = MITM_SPEC.executable_path(self.name)
         if not exe.exists():
             raise HarnessError("interception needs mitmproxy; run `lego harness install mitmproxy`")
@@ -78,17 +81,17 @@ class Interceptor:
         res = sandbox.exec(["bash", "-c", cmd], env=env, timeout=30)
         if res.exit_code != 0:
             raise HarnessError(f"mitmdump did not start in the sandbox: {res.stderr[-1000:]}")
-        self.ca_path = f"{confdir}/mitmproxy-ca-cert.pem"
-        probe = f"test -s {self.ca_path} && (exec 3<>/dev/tcp/127.0.0.1/{self.port}) 2>/dev/null"
+        ca_path = f"{confdir}/mitmproxy-ca-cert.pem"
+        probe = f"test -s {ca_path} && (exec 3<>/dev/tcp/127.0.0.1/{self.port}) 2>/dev/null"
         deadline = time.monotonic() + wait_s
         while sandbox.exec(["bash", "-c", probe], timeout=10).exit_code != 0:
             if time.monotonic() > deadline:
                 log = sandbox.exec(["bash", "-c", f"tail -c 2000 {home}/.lego/mitmdump.log"], timeout=10).stdout
                 raise HarnessError(f"mitmdump did not listen on 127.0.0.1:{self.port} within {wait_s:.0f} s:\n{log}")
             time.sleep(0.5)
-        return self.environment()
+        return self.environment(ca_path)
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, ca_path: str) -> dict[str, str]:
         """Proxy and CA variables for Node/Bun, Python and OpenSSL clients."""
         url = f"http://127.0.0.1:{self.port}"
         return {
@@ -98,7 +101,7 @@ class Interceptor:
             "http_proxy": url,
             "NO_PROXY": "127.0.0.1,localhost",
             "no_proxy": "127.0.0.1,localhost",
-            "NODE_EXTRA_CA_CERTS": self.ca_path,
-            "SSL_CERT_FILE": self.ca_path,
-            "REQUESTS_CA_BUNDLE": self.ca_path,
+            "NODE_EXTRA_CA_CERTS": ca_path,
+            "SSL_CERT_FILE": ca_path,
+            "REQUESTS_CA_BUNDLE": ca_path,
         }

@@ -13,7 +13,7 @@ from typing import ClassVar
 from harnesses.base import json_lines, result_from_exec, sandbox_home
 from harnesses.lego_agent import AGENT_FILE
 from harnesses.lego_agent.agent import EXIT_MAX_TURNS, EXIT_OVERLONG, FORMAT_VERSION
-from lego.seams import Sandbox
+from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task, TerminationLabel
 
 __all__ = ["LegoAgentHarness"]
@@ -29,7 +29,6 @@ class LegoAgentHarness:
         self.python = python
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.agent_path = ""
 
     def version(self) -> str:
         return f"{package_version('lego-rl')}+format{FORMAT_VERSION}"
@@ -38,16 +37,19 @@ class LegoAgentHarness:
         """Nothing to bind: the script is copied into the sandbox and runs on its ``python3``."""
         return []
 
-    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
-        self.agent_path = f"{sandbox_home(sandbox)}/.lego-agent/agent.py"
-        sandbox.exec(["mkdir", "-p", self.agent_path.rsplit("/", 1)[0]], timeout=30)
-        sandbox.write(self.agent_path, AGENT_FILE.read_bytes())
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        home = sandbox_home(sandbox)
+        agent_path = f"{home}/.lego-agent/agent.py"
+        sandbox.exec(["mkdir", "-p", agent_path.rsplit("/", 1)[0]], timeout=30)
+        sandbox.write(agent_path, AGENT_FILE.read_bytes())
+        return PreparedRun(endpoint=endpoint, home=home, files={"agent": agent_path})
 
-    def command(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> list[str]:
+    def command(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> list[str]:
         """The agent's argv (the problem statement travels as an argument, so no file lands in the repo)."""
+        endpoint = prepared.endpoint
         return [
             self.python,
-            self.agent_path,
+            prepared.files["agent"],
             "--base-url",
             endpoint.base_url,
             "--model",
@@ -68,10 +70,8 @@ class LegoAgentHarness:
             str(max(30.0, limits.timeout_s)),
         ]
 
-    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
-        if not self.agent_path:
-            self.prepare(sandbox, endpoint)
-        argv = self.command(task, sandbox, endpoint, limits)
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        argv = self.command(task, sandbox, prepared, limits)
         res = sandbox.exec(argv, timeout=limits.timeout_s, cwd=sandbox.repo_dir)
         status = [r for r in json_lines(res.stdout) if "lego_agent" in r]
         turns = int(str(status[-1].get("turns", 0))) if status else 0

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
 from lego.errors import LegoError
-from lego.seams import Sandbox
+from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
 
 __all__ = ["MiniSweAgentHarness"]
@@ -53,19 +53,18 @@ class MiniSweAgentHarness(InstalledHarness):
             "NO_COLOR": "1",
         }
 
-    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
-        self.home = sandbox_home(sandbox)
-        self.env = self.environment(endpoint, self.home)
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        home = sandbox_home(sandbox)
+        files = {"config": f"{home}/.lego/mini-swe-agent.yaml", "trajectory": f"{home}/.lego/mini.traj.json"}
+        return PreparedRun(endpoint=endpoint, home=home, env=self.environment(endpoint, home), files=files)
 
-    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
-        if not self.home:
-            self.prepare(sandbox, endpoint)
-        config_path = f"{self.home}/.lego/mini-swe-agent.yaml"
-        traj_path = f"{self.home}/.lego/mini.traj.json"
-        self.write_file(sandbox, config_path, json.dumps(self.config(endpoint, limits), indent=2))
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        # the config holds the step limit, which only run() knows, so it is written here
+        config_path, traj_path = prepared.files["config"], prepared.files["trajectory"]
+        self.write_file(sandbox, config_path, json.dumps(self.config(prepared.endpoint, limits), indent=2))
         argv = [self.executable(), "--yolo", "--exit-immediately", "-c", "mini.yaml", "-c", config_path]
         argv += ["-t", task.problem_statement, "-o", traj_path]
-        res = self.launch(sandbox, argv, limits.timeout_s)
+        res = self.launch(sandbox, prepared, argv, limits.timeout_s)
         result = result_from_exec(res)
         status = self.exit_status(sandbox, traj_path)
         turns = status.get("api_calls", 0)

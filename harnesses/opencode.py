@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
-from lego.seams import Sandbox
+from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
 
 __all__ = ["OpenCodeHarness"]
@@ -31,7 +31,6 @@ class OpenCodeHarness(InstalledHarness):
     min_memory_mb: ClassVar[int] = 16384  # a Bun binary: under a 4 GB RLIMIT_AS it dies at random (SIGILL)
 
     def __init__(self, context_window: int = 32768, max_output_tokens: int = 4096) -> None:
-        super().__init__()
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
 
@@ -81,13 +80,13 @@ class OpenCodeHarness(InstalledHarness):
             "NO_COLOR": "1",
         }
 
-    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
-        self.home = sandbox_home(sandbox)
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        return PreparedRun(endpoint=endpoint, home=sandbox_home(sandbox))
 
-    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
-        if not self.home:
-            self.prepare(sandbox, endpoint)
-        self.env = self.environment(endpoint, self.home, limits.max_turns)
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        endpoint = prepared.endpoint
+        # the config document holds the step limit, which only run() knows
+        env = self.environment(endpoint, prepared.home, limits.max_turns)
         argv = [self.executable(), "run", "--format", "json", "--model", f"{PROVIDER_ID}/{endpoint.model}"]
         argv += ["--auto", task.problem_statement]
-        return result_from_exec(self.launch(sandbox, argv, limits.timeout_s))
+        return result_from_exec(self.launch(sandbox, prepared, argv, limits.timeout_s, extra_env=env))

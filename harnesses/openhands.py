@@ -15,7 +15,7 @@ from typing import ClassVar
 from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
 from harnesses.openhands_driver import DRIVER_FILE
-from lego.seams import Sandbox
+from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
 
 __all__ = ["OpenHandsHarness"]
@@ -42,16 +42,16 @@ class OpenHandsHarness(InstalledHarness):
             "NO_COLOR": "1",
         }
 
-    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
-        self.home = sandbox_home(sandbox)
-        self.env = self.environment(endpoint, self.home)
-        self.write_file(sandbox, f"{self.home}/.lego/openhands_driver.py", DRIVER_FILE.read_text())
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        home = sandbox_home(sandbox)
+        driver = f"{home}/.lego/openhands_driver.py"
+        self.write_file(sandbox, driver, DRIVER_FILE.read_text())
+        return PreparedRun(endpoint=endpoint, home=home, env=self.environment(endpoint, home), files={"driver": driver})
 
-    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
-        if not self.home:
-            self.prepare(sandbox, endpoint)
-        argv = [self.executable(), f"{self.home}/.lego/openhands_driver.py", "--base-url", endpoint.base_url]
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        endpoint = prepared.endpoint
+        argv = [self.executable(), prepared.files["driver"], "--base-url", endpoint.base_url]
         argv += ["--model", endpoint.model, "--problem", task.problem_statement, "--repo", sandbox.repo_dir]
-        argv += ["--max-iterations", str(limits.max_turns), "--persistence-dir", f"{self.home}/.lego/openhands"]
-        res = self.launch(sandbox, argv, limits.timeout_s)
+        argv += ["--max-iterations", str(limits.max_turns), "--persistence-dir", f"{prepared.home}/.lego/openhands"]
+        res = self.launch(sandbox, prepared, argv, limits.timeout_s)
         return result_from_exec(res, {10: "max_turns"})

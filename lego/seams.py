@@ -8,13 +8,14 @@ Protocols are runtime-checkable).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from lego.engines.base import Engine
 from lego.types import Endpoint, ExecResult, HarnessLimits, HarnessResult, Task
 
-__all__ = ["Engine", "Harness", "Sandbox", "TaskSource"]
+__all__ = ["Engine", "Harness", "PreparedRun", "Sandbox", "TaskSource"]
 
 
 @runtime_checkable
@@ -63,9 +64,26 @@ class Sandbox(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PreparedRun:
+    """Everything one rollout's :meth:`Harness.prepare` set up, handed to :meth:`Harness.run` of the same
+    rollout. An adapter holds configuration only, so one instance serves concurrent rollouts: state kept
+    on the adapter between ``prepare`` and ``run`` is how one rollout's harness ends up talking to
+    another rollout's session.
+
+    ``endpoint``: the session this rollout's harness must talk to; ``home``: ``$HOME`` inside the
+    sandbox; ``env``: the harness process's environment; ``files``: what ``prepare`` wrote, by role
+    (e.g. ``{"config": "/home/.../config.toml"}``), paths inside the sandbox."""
+
+    endpoint: Endpoint
+    home: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Harness(Protocol):
-    """An unmodified agent harness, driven through configuration only."""
+    """An unmodified agent harness, driven through configuration only; holds no per-rollout state."""
 
     name: str
 
@@ -73,12 +91,14 @@ class Harness(Protocol):
         """The installed harness version (recorded on every trajectory)."""
         ...
 
-    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> None:
-        """Write env files / config files so the harness talks to ``endpoint``. Never patches the harness."""
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        """Write env files / config files so the harness talks to ``endpoint``; return them for :meth:`run`.
+        Never patches the harness."""
         ...
 
-    def run(self, task: Task, sandbox: Sandbox, endpoint: Endpoint, limits: HarnessLimits) -> HarnessResult:
-        """Launch the harness's own CLI (or SDK entry point) on ``task`` inside ``sandbox``; block until it ends."""
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        """Launch the harness's own CLI (or SDK entry point) on ``task`` inside ``sandbox`` as ``prepared``
+        set it up; block until it ends."""
         ...
 
 

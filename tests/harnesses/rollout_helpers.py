@@ -28,8 +28,7 @@ def run_one(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> 
     sandbox = LocalSandbox(task, cfg, proxy_uds=Path(proxy.model_uds), ro_binds=binds)  # the model face only
     try:
         endpoint = proxy.endpoint(sid, root_url=f"http://127.0.0.1:{sandbox.proxy_port}")
-        harness.prepare(sandbox, endpoint)
-        result = harness.run(task, sandbox, endpoint, limits)
+        result = harness.run(task, sandbox, harness.prepare(sandbox, endpoint), limits)
         diff = sandbox.diff()
     finally:
         sandbox.close()

@@ -20,11 +20,10 @@ pytestmark = pytest.mark.harness
 
 
 def test_interceptor_environment_names_the_proxy_and_the_ca() -> None:
-    icpt = Interceptor(port=1234)
-    icpt.ca_path = "/home/agent/.mitmproxy/mitmproxy-ca-cert.pem"
-    env = icpt.environment()
+    ca_path = "/home/agent/.mitmproxy/mitmproxy-ca-cert.pem"
+    env = Interceptor(port=1234).environment(ca_path)
     assert env["HTTPS_PROXY"] == "http://127.0.0.1:1234" and "127.0.0.1" in env["NO_PROXY"]
-    assert {env[k] for k in ("NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")} == {icpt.ca_path}
+    assert {env[k] for k in ("NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")} == {ca_path}
     assert "api.openai.com" in PROVIDER_HOSTS and "LEGO_INTERCEPT_TARGET" in ADDON
 
 

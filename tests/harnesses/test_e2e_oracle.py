@@ -60,8 +60,8 @@ def test_a_crashing_harness_is_a_harness_error_and_the_next_rollout_is_unaffecte
     try:
         wrong = f"http://127.0.0.1:{sandbox.proxy_port}/no/such/route/v1"
         endpoint = Endpoint(base_url=wrong, anthropic_base_url=wrong)
-        harness.prepare(sandbox, endpoint)
-        result = harness.run(task, sandbox, endpoint, HarnessLimits(max_turns=3, timeout_s=120))
+        prepared = harness.prepare(sandbox, endpoint)
+        result = harness.run(task, sandbox, prepared, HarnessLimits(max_turns=3, timeout_s=120))
     finally:
         sandbox.close()
     assert result.reason == "harness_error" and result.exit_code == 1

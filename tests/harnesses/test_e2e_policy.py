@@ -64,8 +64,7 @@ def rollout(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> 
     try:
         root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
         endpoint = Endpoint(base_url=f"{root}/v1", anthropic_base_url=root, session_id=sid)
-        harness.prepare(sandbox, endpoint)
-        result = harness.run(task, sandbox, endpoint, limits)
+        result = harness.run(task, sandbox, harness.prepare(sandbox, endpoint), limits)
     finally:
         sandbox.close()
     return result, proxy.trajectory(sid)
