@@ -252,7 +252,8 @@ def eval_group(
 
         def progress(result: SampleResult) -> None:
             k = result.key
-            last = f"{k.policy}/{k.harness}/{k.task_id}#{k.sample}: {'pass' if result.passed else result.termination}"
+            outcome = "pass" if result.passed else f"{result.termination} ({result.cause}: {result.cause_detail})"
+            last = f"{k.policy}/{k.harness}/{k.task_id}#{k.sample}: {outcome}"
             bar.update(tid, advance=1, last=last)
 
         results = run_eval(

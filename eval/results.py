@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lego.errors import ConfigError
 from lego.io import atomic_write_json
-from lego.types import INFRA_LABELS, TerminationLabel, Trajectory
+from lego.types import INFRA_LABELS, FailureCause, TerminationLabel, Trajectory
 
 __all__ = [
     "CHECKPOINT_META_FILE",
@@ -146,12 +146,14 @@ class SampleResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     key: SampleKey
-    passed: bool = Field(description="Resolved: every FAIL_TO_PASS and PASS_TO_PASS test passed.")
+    passed: bool = Field(
+        description="Rewarded: every FAIL_TO_PASS and PASS_TO_PASS test passed and no guard zeroed the reward."
+    )
     reward: float | None = None
     termination: TerminationLabel = "completed"
-    infra: bool = Field(
-        False, description="Infrastructure failure (env_error / harness_error not caused by the policy)."
-    )
+    infra: bool = Field(False, description="Infrastructure failure (cause 'infrastructure'): not scored.")
+    cause: FailureCause = Field("policy", description="Who owns the outcome (Trajectory.cause).")
+    cause_detail: str = Field("", description="Why, in one line (Trajectory.cause_detail).")
     attempts: int = Field(1, ge=1, description="Runs of this sample, infrastructure retries included.")
     turns: int = 0
     prompt_tokens: int = 0
@@ -167,13 +169,14 @@ class SampleResult(BaseModel):
     ) -> SampleResult:
         """Map a rollout's :class:`Trajectory` onto a sample result.
 
-        ``passed`` is ``grade.resolved`` (else reward >= 1); ``turns``, ``prompt_tokens``,
+        ``passed`` is reward >= 1 (the reward, not the grade: a guard may have zeroed a resolved grade;
+        an infrastructure failure never passes); ``turns``, ``prompt_tokens``,
         ``completion_tokens`` come from ``traj.counters`` when the rollout counted them, else from the
         trajectory (assistant messages; mask-0 / mask-1 tokens of its segments); ``wall_s`` is
         ``timings["wall_s"]`` (or ``timings["total_s"]``).
         """
         c, t = traj.counters, traj.timings
-        passed = traj.grade.resolved if traj.grade is not None else (traj.reward or 0.0) >= 1.0
+        passed = (traj.reward or 0.0) >= 1.0
         completion = traj.num_sampled_tokens
         prompt = sum(len(s.prompt_ids) + len(s.response_ids) - s.num_sampled for s in traj.segments)
         turns = sum(1 for m in traj.messages if m.get("role") == "assistant")
@@ -184,6 +187,8 @@ class SampleResult(BaseModel):
             reward=traj.reward,
             termination=traj.termination,
             infra=infra,
+            cause=traj.cause,
+            cause_detail=traj.cause_detail,
             attempts=attempts,
             turns=int(c.get("turns", turns)),
             prompt_tokens=int(c.get("prompt_tokens", prompt)),
@@ -201,7 +206,17 @@ class SampleResult(BaseModel):
         """A sample whose rollout could not run (raised, or ended in an infra label) after all retries."""
         if label not in INFRA_LABELS:
             raise ValueError(f"{label!r} is not an infrastructure label ({sorted(INFRA_LABELS)})")
-        return cls(key=key, passed=False, termination=label, infra=True, attempts=attempts, error=error[-2000:])
+        detail = (error.strip().splitlines() or [""])[-1][:300]
+        return cls(
+            key=key,
+            passed=False,
+            termination=label,
+            infra=True,
+            cause="infrastructure",
+            cause_detail=detail,
+            attempts=attempts,
+            error=error[-2000:],
+        )
 
 
 class CellSummary(BaseModel):

@@ -21,7 +21,9 @@ bubblewrap + socat, like the driver's own machine for the threads backend.
 
 At most ``concurrency`` rollouts are in flight (the driver submits the next as one finishes), each
 a Ray task asking for one CPU. A task that crashes or loses its worker is recorded as ``env_error``
-(retried by the training loop like any infrastructure failure), as the threads backend does.
+with cause ``infrastructure`` (retried by the training loop), as the threads backend does; what the
+agent caused on the worker is attributed by :meth:`RolloutRunner.finish` on the driver, from the
+:class:`~lego.rollout.DriveOutcome` and what the driver's proxy recorded, exactly as for threads.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 from lego.config import LegoConfig, ProxyConfig
 from lego.errors import ConfigError
 from lego.rollout import DriveOutcome, RolloutOptions, RolloutRunner, crashed_trajectory, drive_and_grade
-from lego.types import HarnessResult, Task, Trajectory
+from lego.types import Task, Trajectory
 from proxies.server import is_loopback
 
 __all__ = ["RayRolloutRunner", "ray_runner", "run_rollout_task"]
@@ -177,8 +179,8 @@ def run_rollout_task(
         sock = Path(tmp) / "proxy.sock"
         try:
             forwarder = _start_forwarder(sock, *proxy_addr)
-        except ConfigError as exc:
-            return DriveOutcome(HarnessResult(exit_code=None, reason="env_error", logs=str(exc)), None, False, str(exc))
+        except ConfigError as exc:  # no bridge to the proxy: the sandbox cannot be set up, before the agent exists
+            return DriveOutcome.failed("sandbox", f"{type(exc).__name__}: {exc}")
         try:
             harness = get_harness(harness_name, **cfg.harness.options.get(harness_name, {}))
             return drive_and_grade(cfg, task, harness, sid, opts, proxy_uds=sock, proxy_cfg=proxy_cfg)

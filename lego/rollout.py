@@ -9,9 +9,14 @@ guards → a :class:`~lego.types.Trajectory` holding the token-exact segments th
     traj = runner.run(task, "lego-agent", RolloutOptions(training=True, temperature=1.0, seed=7))
 
 Failures are labelled, never raised: a sandbox that cannot be created is ``env_error``; a harness
-that crashes is ``harness_error``; both are infrastructure failures (masked out of the loss by the
-trainer, reported separately by eval). Grading runs for every other label (a ``timeout`` or
-``max_turns`` rollout still gets the reward its diff earns).
+that crashes is ``harness_error``. Who caused the ending is ``Trajectory.cause``, decided by
+:func:`lego.verdict.attribute`: only what the policy could not have caused is ``infrastructure``
+(masked out of the loss by the trainer, left out of pass@1 by eval, retried by both); whatever the
+agent's commands caused is the policy's, reward 0, with the reason in ``cause_detail``. Every diff
+that could be taken is graded (a ``timeout`` or ``max_turns`` rollout still gets the reward its diff
+earns), and a hack the guards detect zeroes the reward unless ``guards.on_detect = "flag"``
+(:func:`lego.verdict.zeroing_reasons`). When the harness returns, every process left in its sandbox
+is killed before the diff is taken, so nothing the agent started can still write to the repo.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from lego.engines import build_engine
 from lego.engines.base import Engine
 from lego.errors import LegoError
 from lego.models.chat import ChatFormat
-from lego.seams import Harness
+from lego.seams import Harness, Sandbox
 from lego.types import (
     Endpoint,
     GradeResult,
@@ -44,6 +49,7 @@ from lego.types import (
     TerminationLabel,
     Trajectory,
 )
+from lego.verdict import DriveStage, attribute, zeroing_reasons
 from proxies.server import ProxyServer
 from sandboxes.factory import create_sandbox
 from sandboxes.grading import grade
@@ -62,6 +68,10 @@ __all__ = [
 
 log = logging.getLogger("lego.rollout")
 
+LOG_CHARS = 2000
+_ANSWER_KEY = "gold_patch"
+"""Session metadata key the oracle engine reads the answer from."""
+
 _LABEL_PRIORITY = ("overlong", "max_turns")
 """Labels the proxy decides (the policy ran out of context or turns) win over how the harness exited."""
 
@@ -79,6 +89,8 @@ class Policy:
     chat: ChatFormat
     proxy: ProxyServer
     model_path: Path | None
+    oracle: bool = False
+    """The engine answers from the gold patch: the only policy whose sessions are given the answer."""
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @classmethod
@@ -100,7 +112,8 @@ class Policy:
         cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock")})
         proxy = ProxyServer(engine, chat, cfg)
         proxy.start()
-        return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, _tmp=tmp)
+        oracle = engine_cfg.kind == "oracle"
+        return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, oracle=oracle, _tmp=tmp)
 
     @property
     def uds(self) -> Path:
@@ -140,7 +153,9 @@ class RolloutRunner:
         self._harnesses: dict[str, Harness] = {}
 
     def harness(self, name: str) -> Harness:
-        """The adapter for ``name``, built with its ``harness.options[name]`` settings."""
+        """The adapter for ``name``, built with its ``harness.options[name]`` settings; cached and shared by
+        concurrent rollouts, which is sound because adapters hold configuration only (per-rollout state
+        travels in the :class:`~lego.seams.PreparedRun` their ``prepare`` returns)."""
         if name not in self._harnesses:
             self._harnesses[name] = get_harness(name, **self.cfg.harness.options.get(name, {}))
         return self._harnesses[name]
@@ -151,38 +166,24 @@ class RolloutRunner:
         sid = self.open_session(task, harness_name, opts)
         proxy = self.policy.proxy
         try:
-
-            def worth_grading(result: HarnessResult) -> bool:
-                # grade unless the rollout ends as an infrastructure failure (the proxy's labels win)
-                seen = proxy.trajectory(sid)
-                seen.termination = final_label(seen.termination, result.reason)
-                return not seen.is_infra_failure
-
             outcome = drive_and_grade(
-                self.cfg,
-                task,
-                self.harness(harness_name),
-                sid,
-                opts,
-                proxy_uds=self.policy.uds,
-                proxy_cfg=proxy.config,
-                grade_if=worth_grading,
+                self.cfg, task, self.harness(harness_name), sid, opts, proxy_uds=self.policy.uds, proxy_cfg=proxy.config
             )
             return self.finish(sid, harness_name, outcome, t0)
         finally:
             proxy.close_session(sid)
 
     def open_session(self, task: Task, harness_name: str, opts: RolloutOptions) -> str:
-        """Open the proxy session one rollout records into; returns its id (the caller closes it)."""
+        """Open the proxy session one rollout records into; returns its id (the caller closes it).
+
+        The gold patch enters the session only when the policy is the oracle, which answers from it."""
         sid = f"{_slug(task.instance_id)}-{uuid.uuid4().hex[:10]}"
+        metadata: dict[str, Any] = {"task_id": task.instance_id, "harness": harness_name, "seed": opts.seed}
+        if self.policy.oracle:
+            metadata[_ANSWER_KEY] = task.patch
         self.policy.proxy.open_session(
             sid,
-            metadata={
-                "task_id": task.instance_id,
-                "harness": harness_name,
-                "gold_patch": task.patch,
-                "seed": opts.seed,
-            },
+            metadata=metadata,
             training=opts.training,
             temperature=opts.temperature,
             max_turns=opts.max_turns,
@@ -190,10 +191,12 @@ class RolloutRunner:
         return sid
 
     def finish(self, sid: str, harness_name: str, outcome: DriveOutcome, t0: float) -> Trajectory:
-        """The session's trajectory with the outcome of its drive filled in: label, grade, guards, timings.
+        """The session's trajectory with the outcome of its drive filled in: label, cause, grade, guards,
+        reward, timings.
 
         Runs where the proxy lives, whichever backend drove the harness (threads here, Ray workers)."""
         traj = self.policy.proxy.trajectory(sid)
+        traj.metadata.pop(_ANSWER_KEY, None)  # the answer never leaves the session
         result = outcome.result
         traj.harness, traj.policy = harness_name, self.policy.name
         traj.harness_version = outcome.harness_version
@@ -202,18 +205,33 @@ class RolloutRunner:
             traj.metadata["error"] = outcome.error
         traj.metadata["harness_log_tail"] = result.logs[-4000:]
         traj.counters["turns"] = float(result.turns or traj.counters.get("calls", 0.0))
-        if outcome.grade is not None and not traj.is_infra_failure:
-            traj.grade = outcome.grade
+        verdict = attribute(
+            stage=outcome.stage,
+            error=outcome.error,
+            label=traj.termination,
+            exit_code=result.exit_code,
+            responses=int(traj.counters.get("calls", 0.0)),
+            engine_failures=int(traj.counters.get("engine_failures", 0.0)),
+            pristine_grades=outcome.pristine_grades,
+        )
+        traj.cause, traj.cause_detail = verdict.cause, verdict.detail
+        traj.grade = outcome.grade  # kept for inspection whatever the verdict; the reward below is what counts
+        if verdict.scored and outcome.grade is not None:
             traj.reward = outcome.grade.reward
-            excluded = outcome.grade.excluded_files
         else:
-            excluded = []
+            traj.reward = verdict.reward_if_unscored
         traj.guard_flags = guard_flags(
             history_strip=outcome.history_ok,
             egress_blocked=not self.cfg.sandbox.unsafe_no_isolation,
-            excluded_files=excluded,
+            excluded_files=outcome.grade.excluded_files if outcome.grade is not None else [],
             texts=agent_texts(traj.messages),
         )
+        zeroed_by = zeroing_reasons(traj.guard_flags, outcome.grade)
+        if zeroed_by and traj.reward is not None and self.cfg.guards.on_detect == "zero":
+            traj.metadata["zeroed_by"] = zeroed_by
+            if traj.reward > 0:
+                traj.cause_detail += f"; reward {traj.reward:g} zeroed by {', '.join(zeroed_by)}"
+            traj.reward = 0.0
         traj.timings.update({"harness_s": result.wall_s, "grade_s": outcome.grade_s, "wall_s": time.monotonic() - t0})
         return traj
 
@@ -246,16 +264,29 @@ class RolloutRunner:
 class DriveOutcome:
     """What driving one rollout produced where its sandbox ran (picklable: Ray workers return it).
 
-    ``diff`` is None when no diff was taken (no sandbox, the harness raised); ``grade`` is None when
-    the diff was not graded; ``error`` is the text recorded as ``metadata["error"]``."""
+    ``stage`` is the step that failed (``done`` when none did); ``diff`` is None when no diff was
+    taken; ``grade`` is None when the diff was not graded; ``error`` is the text recorded as
+    ``metadata["error"]``; ``pristine_grades``, after a grading failure only, says whether the
+    pristine repo (an empty diff) grades: whether the agent's diff caused the failure."""
 
     result: HarnessResult
     diff: str | None
     history_ok: bool
     error: str
+    stage: DriveStage = "done"
     grade: GradeResult | None = None
     grade_s: float = 0.0
+    pristine_grades: bool | None = None
     harness_version: str = "unknown"
+
+    @classmethod
+    def failed(
+        cls, stage: DriveStage, error: str, history_ok: bool = False, result: HarnessResult | None = None
+    ) -> DriveOutcome:
+        """A drive that stopped at ``stage`` with no diff (``result``: how the harness ended, if it ran)."""
+        reason: TerminationLabel = "env_error" if stage == "sandbox" else "harness_error"
+        result = result or HarnessResult(exit_code=None, reason=reason, logs=error[-LOG_CHARS:])
+        return cls(result, None, history_ok, error[-LOG_CHARS:], stage=stage)
 
 
 def final_label(proxy_label: TerminationLabel, harness_reason: TerminationLabel) -> TerminationLabel:
@@ -272,21 +303,36 @@ def drive_and_grade(
     *,
     proxy_uds: Path,
     proxy_cfg: ProxyConfig,
-    grade_if: Callable[[HarnessResult], bool] | None = None,
 ) -> DriveOutcome:
-    """Sandbox → prepare → run → diff → grade, for the proxy session ``sid`` reached at ``proxy_uds``.
+    """Sandbox → prepare → run → kill the agent's processes → diff → grade, for the proxy session ``sid``
+    reached at ``proxy_uds``.
 
     The half of a rollout that needs a sandbox; both backends run it (the threads backend in-process,
-    the Ray backend on a worker, with ``proxy_uds`` a local forwarder to the driver's proxy). The diff
-    is graded when there is one and ``grade_if(result)`` holds (default: always). ``proxy_cfg`` is the
-    serving proxy's config (model name, API key for the harness's endpoint)."""
-    result, diff, history_ok, error = _drive(cfg, task, harness, sid, opts, proxy_uds, proxy_cfg)
-    outcome = DriveOutcome(result, diff, history_ok, error, harness_version=_safe_version(harness))
-    if diff is not None and (grade_if is None or grade_if(result)):
+    the Ray backend on a worker, with ``proxy_uds`` a local forwarder to the driver's proxy). Every diff
+    that was taken is graded: whether the grade counts is decided where the proxy lives
+    (:meth:`RolloutRunner.finish`). When grading fails, the pristine repo is graded too, so the
+    verdict can tell a broken task from a diff that breaks the grader. ``proxy_cfg`` is the serving
+    proxy's config (model name, API key for the harness's endpoint)."""
+    outcome = _drive(cfg, task, harness, sid, opts, proxy_uds, proxy_cfg)
+    outcome.harness_version = _safe_version(harness)
+    if outcome.diff is not None:
         t_grade = time.monotonic()
-        outcome.grade = grade(task, diff, cfg=cfg.sandbox)
+        try:
+            outcome.grade = grade(task, outcome.diff, cfg=cfg.sandbox)
+        except Exception as exc:  # the agent's diff reaches grading: what it breaks there is attributed, not raised
+            outcome.stage, outcome.error = "grade", _describe(exc)
+            outcome.pristine_grades = _pristine_grades(task, cfg)
         outcome.grade_s = time.monotonic() - t_grade
     return outcome
+
+
+def _pristine_grades(task: Task, cfg: LegoConfig) -> bool:
+    """Whether ``task``'s pristine repo (an empty diff) grades without error."""
+    try:
+        grade(task, "", cfg=cfg.sandbox)
+    except Exception:  # the answer is the point: any failure means the task or the grader is broken
+        return False
+    return True
 
 
 def _drive(
@@ -297,42 +343,58 @@ def _drive(
     opts: RolloutOptions,
     proxy_uds: Path,
     proxy_cfg: ProxyConfig,
-) -> tuple[HarnessResult, str | None, bool, str]:
-    """Sandbox → prepare → run → diff. Returns (result, diff or None, history stripped?, error text)."""
+) -> DriveOutcome:
+    """Sandbox → prepare → run → kill → diff; each failure is recorded with its stage, never raised.
+
+    From the harness's launch on, the agent's commands can break anything in the sandbox, so every
+    exception there is caught and attributed later (:func:`lego.verdict.attribute`)."""
     ro_binds = list(getattr(harness, "ro_binds", lambda: [])())
     try:
         sandbox = create_sandbox(cfg.sandbox, task, proxy_uds=proxy_uds, ro_binds=ro_binds)
     except LegoError as exc:
-        return HarnessResult(exit_code=None, reason="env_error", logs=str(exc)), None, False, str(exc)
+        return DriveOutcome.failed("sandbox", _describe(exc))
     try:
-        held = getattr(sandbox, "history_strip", None)  # backends verify it when they build the copy
-        history_ok = bool(held) if held is not None else verify_history_strip(sandbox.root)
-        root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
-        endpoint = Endpoint(
-            base_url=f"{root}/v1",
-            anthropic_base_url=root,
-            api_key=proxy_cfg.api_key or "lego-local",
-            model=proxy_cfg.served_model_name,
-            session_id=sid,
-        )
         try:
-            harness.prepare(sandbox, endpoint)
-            result = harness.run(
-                task, sandbox, endpoint, HarnessLimits(max_turns=opts.max_turns, timeout_s=opts.timeout_s)
-            )
+            held = getattr(sandbox, "history_strip", None)  # backends verify it when they build the copy
+            history_ok = bool(held) if held is not None else verify_history_strip(sandbox.root)
+            prepared = harness.prepare(sandbox, _endpoint(sandbox, sid, proxy_cfg))
         except LegoError as exc:
-            result = HarnessResult(exit_code=None, reason="harness_error", logs=str(exc))
-            return result, None, history_ok, f"{type(exc).__name__}: {exc}"
-        diff = sandbox.diff()
-        return result, diff, history_ok, result.logs[-2000:] if result.reason in ("harness_error",) else ""
-    except LegoError as exc:
-        return HarnessResult(exit_code=None, reason="env_error", logs=str(exc)), None, False, str(exc)
+            return DriveOutcome.failed("prepare", _describe(exc))
+        limits = HarnessLimits(max_turns=opts.max_turns, timeout_s=opts.timeout_s)
+        try:
+            result = harness.run(task, sandbox, prepared, limits)
+        except Exception as exc:  # the sandbox broke under the harness: who broke it is decided later
+            return DriveOutcome.failed("harness", _describe(exc), history_ok)
+        try:
+            sandbox.kill_agent_processes()  # nothing the agent left running may write after this point
+            diff = sandbox.diff()
+        except Exception as exc:  # what the agent left in the sandbox breaks the diff: attributed later
+            return DriveOutcome.failed("diff", _describe(exc), history_ok, result)
+        error = result.logs[-LOG_CHARS:] if result.reason == "harness_error" else ""
+        return DriveOutcome(result, diff, history_ok, error)
     finally:
         sandbox.close()
 
 
+def _endpoint(sandbox: Sandbox, sid: str, proxy_cfg: ProxyConfig) -> Endpoint:
+    """The session's URLs as the harness sees them inside ``sandbox`` (its bridge to the proxy)."""
+    root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
+    return Endpoint(
+        base_url=f"{root}/v1",
+        anthropic_base_url=root,
+        api_key=proxy_cfg.api_key or "lego-local",
+        model=proxy_cfg.served_model_name,
+        session_id=sid,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def crashed_trajectory(task: Task, harness: str, policy: str, exc: BaseException) -> Trajectory:
-    """The ``env_error`` record of a rollout that crashed below the runner (a bug, a lost worker)."""
+    """The ``env_error`` record of a rollout that crashed below the runner (a bug, a lost worker, the
+    proxy gone): infrastructure, since no trajectory of the policy's could even be read."""
     return Trajectory(
         trajectory_id=uuid.uuid4().hex,
         session_id="",
@@ -340,6 +402,8 @@ def crashed_trajectory(task: Task, harness: str, policy: str, exc: BaseException
         harness=harness,
         policy=policy,
         termination="env_error",
+        cause="infrastructure",
+        cause_detail=f"the rollout crashed outside the sandbox: {_describe(exc)}"[:300],
         metadata={"error": "".join(traceback.format_exception(exc))[-4000:]},
     )
 

@@ -43,7 +43,7 @@ from lego.errors import ConfigError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from lego.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.trainer import Trainer, items_from_trajectories
-from lego.types import StepMetrics, Task, Trajectory
+from lego.types import INFRA_LABELS, StepMetrics, Task, Trajectory
 from lego.weight_sync import sync_weights
 
 __all__ = ["RunDir", "step_metrics", "train"]
@@ -106,9 +106,13 @@ def step_metrics(trajs: Sequence[Trajectory], train_metrics: dict[str, float]) -
     m["rollout/count"] = float(len(trajs))
     m["rollout/infra_failures"] = float(len(trajs) - len(valid))
     m["reward/mean"] = sum(rewards) / len(rewards) if rewards else 0.0
-    m["reward/pass_rate"] = sum(1.0 for t in valid if t.grade is not None and t.grade.resolved) / max(len(valid), 1)
+    # the reward, not the grade: a guard may have zeroed a resolved grade
+    m["reward/pass_rate"] = sum(1.0 for r in rewards if r >= 1.0) / max(len(valid), 1)
     for label, n in Counter(t.termination for t in trajs).items():
         m[f"termination/{label}"] = float(n)
+    # failures the policy caused (a killed harness, a repo that breaks the diff or the grader): scored 0
+    m["rollout/policy_failures"] = float(sum(1 for t in valid if t.termination in INFRA_LABELS))
+    m["guards/zeroed"] = sum(1.0 for t in trajs if t.metadata.get("zeroed_by")) / max(len(trajs), 1)
     flags = Counter(k for t in trajs for k, v in t.guard_flags.items() if v)
     for name in sorted({k for t in trajs for k in t.guard_flags}):
         m[f"guards/{name}"] = flags[name] / len(trajs)
@@ -337,7 +341,7 @@ def train(
                 valid=[not t.is_infra_failure for t in trajs],
                 eps=cfg.algorithm.adv_eps,
             )
-            items = items_from_trajectories(trajs, advantages)
+            items = items_from_trajectories(trajs, advantages, side_threads=cfg.training.train_side_threads)
             train_m = trainer.step(items) if items else {}
             version = sync_weights(trainer, policy.engine) if items else policy.engine.policy_version
             m = step_metrics(trajs, train_m)

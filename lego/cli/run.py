@@ -107,7 +107,7 @@ def run(
     sampled = [s.num_sampled for s in traj.segments]
     click.echo(f"task        {task_id}")
     click.echo(f"harness     {harness_name} {traj.harness_version}")
-    click.echo(f"termination {traj.termination}")
+    click.echo(f"termination {traj.termination} ({traj.cause}: {traj.cause_detail})")
     click.echo(f"reward      {traj.reward}")
     if traj.grade is not None:
         failed = sorted(t for t, r in traj.grade.tests.items() if r != "passed")
@@ -118,6 +118,8 @@ def run(
     click.echo(f"segments    {len(traj.segments)} (sampled tokens per segment: {sampled})")
     flags = sorted(k for k, v in traj.guard_flags.items() if v)
     click.echo(f"guards      {', '.join(flags) or 'none'}")
+    if traj.metadata.get("zeroed_by"):
+        click.echo(f"zeroed by   {', '.join(traj.metadata['zeroed_by'])}")
     if traj.metadata.get("error"):
         click.echo(f"error       {str(traj.metadata['error'])[-800:]}")
     click.echo(f"trajectory  {path}")
