@@ -3,7 +3,8 @@
 Same jobs, same results as :meth:`lego.rollout.RolloutRunner.run_many`; only where the sandbox
 half of each rollout runs changes. One rollout is split at the seam the threads backend already has:
 
-* driver (this process: engine, proxy, trainer) — opens the proxy session; when the worker is done,
+* driver (this process: engine, proxy, trainer) — opens the proxy session (on the control face,
+  which never leaves this process) and sends its model-face token with the job; when the worker is done,
   :meth:`RolloutRunner.finish` reads the recorded trajectory from its own proxy and fills in label,
   grade, guards and timings, then closes the session. The token-exact trajectory never crosses
   the wire, and its fields are exactly the threads backend's.
@@ -12,11 +13,12 @@ half of each rollout runs changes. One rollout is split at the seam the threads 
   :func:`lego.rollout.drive_and_grade` (fresh sandbox → harness → diff → grade in another fresh
   sandbox) with that socket as the proxy, and returns the :class:`~lego.rollout.DriveOutcome`.
 
-The driver's proxy keeps its private Unix socket and also listens on TCP at ``proxy.host:proxy.port``
-(:meth:`proxies.server.ProxyServer.listen_tcp`). Workers dial ``proxy.host``, or the driver's node IP
-when it is a wildcard (``0.0.0.0``/``::``). The default ``127.0.0.1`` only serves a one-node cluster;
-for several nodes set ``proxy.host`` to a routable address and ``proxy.api_key`` (the harness's
-endpoint carries it). Workers need the project installed, the task repos at the same paths, and
+The driver's proxy keeps its control face on a private Unix socket and serves its *model face* on
+TCP at ``proxy.host:proxy.port`` (:meth:`proxies.server.ProxyServer.listen_tcp`): model routes only,
+each request bound by its token to one session, so the TCP listener exposes no control route.
+Workers dial ``proxy.host``, or the driver's node IP when it is a wildcard (``0.0.0.0``/``::``). The
+default ``127.0.0.1`` only serves a one-node cluster; for several nodes set ``proxy.host`` to a
+routable address. Workers need the project installed, the task repos at the same paths, and
 bubblewrap + socat, like the driver's own machine for the threads backend.
 
 At most ``concurrency`` rollouts are in flight (the driver submits the next as one finishes), each
@@ -90,7 +92,7 @@ class RayRolloutRunner:
         if is_loopback(dial) and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
             log.warning(
                 "the proxy listens on %s but the Ray cluster has several nodes: rollouts on other nodes "
-                "cannot reach it; set proxy.host to a routable address (and proxy.api_key)",
+                "cannot reach it; set proxy.host to a routable address",
                 dial,
             )
         self.proxy_addr = (dial, port)
@@ -135,11 +137,11 @@ class RayRolloutRunner:
                     nxt += 1
                     t0 = time.monotonic()
                     try:
-                        sid = runner.open_session(task, harness, opts)
+                        sid, token = runner.open_session(task, harness, opts)
                     except Exception as exc:  # as the threads backend: a bug below must not kill the batch
                         record(i, crashed(i, exc))
                         continue
-                    ref = self._task.remote(cfg_ref, task, harness, sid, opts, self.proxy_addr, proxy.config)
+                    ref = self._task.remote(cfg_ref, task, harness, sid, token, opts, self.proxy_addr, proxy.config)
                     pending[ref] = (i, sid, t0)
                 if not pending:
                     continue
@@ -166,11 +168,13 @@ def run_rollout_task(
     task: Task,
     harness_name: str,
     sid: str,
+    token: str,
     opts: RolloutOptions,
     proxy_addr: tuple[str, int],
     proxy_cfg: ProxyConfig,
 ) -> DriveOutcome:
-    """The body of one Ray task: bridge the driver's proxy into a local Unix socket, then drive and grade.
+    """The body of one Ray task: bridge the driver's model face into a local Unix socket, then drive and
+    grade session ``sid`` with its token ``token`` (the only key the worker's sandbox is given).
 
     A forwarder that cannot start is an ``env_error`` outcome, like a sandbox that cannot be built."""
     from harnesses.base import get_harness
@@ -183,7 +187,7 @@ def run_rollout_task(
             return DriveOutcome.failed("sandbox", f"{type(exc).__name__}: {exc}")
         try:
             harness = get_harness(harness_name, **cfg.harness.options.get(harness_name, {}))
-            return drive_and_grade(cfg, task, harness, sid, opts, proxy_uds=sock, proxy_cfg=proxy_cfg)
+            return drive_and_grade(cfg, task, harness, sid, token, opts, proxy_uds=sock, proxy_cfg=proxy_cfg)
         finally:
             forwarder.terminate()
             try:

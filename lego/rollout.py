@@ -39,9 +39,8 @@ from lego.engines import build_engine
 from lego.engines.base import Engine
 from lego.errors import LegoError
 from lego.models.chat import ChatFormat
-from lego.seams import Harness, Sandbox
+from lego.seams import Harness
 from lego.types import (
-    Endpoint,
     GradeResult,
     HarnessLimits,
     HarnessResult,
@@ -50,7 +49,7 @@ from lego.types import (
     Trajectory,
 )
 from lego.verdict import DriveStage, attribute, zeroing_reasons
-from proxies.server import ProxyServer
+from proxies.server import ProxyServer, session_endpoint
 from sandboxes.factory import create_sandbox
 from sandboxes.grading import grade
 from sandboxes.guards import agent_texts, guard_flags, verify_history_strip
@@ -69,9 +68,6 @@ __all__ = [
 log = logging.getLogger("lego.rollout")
 
 LOG_CHARS = 2000
-_ANSWER_KEY = "gold_patch"
-"""Session metadata key the oracle engine reads the answer from."""
-
 _LABEL_PRIORITY = ("overlong", "max_turns")
 """Labels the proxy decides (the policy ran out of context or turns) win over how the harness exited."""
 
@@ -80,8 +76,9 @@ _LABEL_PRIORITY = ("overlong", "max_turns")
 class Policy:
     """A served policy: its engine, its chat format and the recording proxy in front of it.
 
-    The proxy listens on a Unix socket in a private temp dir (sandboxes bind it; nothing else can
-    reach it) and, when ``tcp`` is set, also on a loopback TCP port for harnesses run unsandboxed.
+    The proxy's control face listens on a Unix socket in a private temp dir (the trainer's side:
+    sessions are opened, read and closed there); sandboxes bind only its model face
+    (:attr:`model_uds`), where a session's token reaches that session's model routes and nothing else.
     """
 
     name: str
@@ -89,8 +86,6 @@ class Policy:
     chat: ChatFormat
     proxy: ProxyServer
     model_path: Path | None
-    oracle: bool = False
-    """The engine answers from the gold patch: the only policy whose sessions are given the answer."""
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @classmethod
@@ -112,13 +107,12 @@ class Policy:
         cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock")})
         proxy = ProxyServer(engine, chat, cfg)
         proxy.start()
-        oracle = engine_cfg.kind == "oracle"
-        return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, oracle=oracle, _tmp=tmp)
+        return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, _tmp=tmp)
 
     @property
-    def uds(self) -> Path:
-        assert self.proxy.uds is not None
-        return Path(self.proxy.uds)
+    def model_uds(self) -> Path:
+        """The model face's socket: the only proxy socket a sandbox is given."""
+        return Path(self.proxy.model_uds)
 
     def close(self) -> None:
         self.proxy.stop()
@@ -163,40 +157,42 @@ class RolloutRunner:
     def run(self, task: Task, harness_name: str, opts: RolloutOptions) -> Trajectory:
         """One rollout of ``task`` in ``harness_name``; never raises for rollout failures (see module doc)."""
         t0 = time.monotonic()
-        sid = self.open_session(task, harness_name, opts)
+        sid, token = self.open_session(task, harness_name, opts)
         proxy = self.policy.proxy
         try:
+            harness = self.harness(harness_name)
             outcome = drive_and_grade(
-                self.cfg, task, self.harness(harness_name), sid, opts, proxy_uds=self.policy.uds, proxy_cfg=proxy.config
+                self.cfg, task, harness, sid, token, opts, proxy_uds=self.policy.model_uds, proxy_cfg=proxy.config
             )
             return self.finish(sid, harness_name, outcome, t0)
         finally:
             proxy.close_session(sid)
 
-    def open_session(self, task: Task, harness_name: str, opts: RolloutOptions) -> str:
-        """Open the proxy session one rollout records into; returns its id (the caller closes it).
+    def open_session(self, task: Task, harness_name: str, opts: RolloutOptions) -> tuple[str, str]:
+        """Open the proxy session one rollout records into; returns its id and its model-face token (the
+        harness's API key). The caller closes it.
 
-        The gold patch enters the session only when the policy is the oracle, which answers from it."""
+        The gold patch enters the session only when the engine plays the answer (the oracle)."""
         sid = f"{_slug(task.instance_id)}-{uuid.uuid4().hex[:10]}"
-        metadata: dict[str, Any] = {"task_id": task.instance_id, "harness": harness_name, "seed": opts.seed}
-        if self.policy.oracle:
-            metadata[_ANSWER_KEY] = task.patch
-        self.policy.proxy.open_session(
+        proxy = self.policy.proxy
+        token = proxy.open_session(
             sid,
-            metadata=metadata,
+            metadata={"task_id": task.instance_id, "harness": harness_name, "seed": opts.seed},
+            answer=task.patch if proxy.takes_answer else None,
             training=opts.training,
             temperature=opts.temperature,
             max_turns=opts.max_turns,
         )
-        return sid
+        return sid, token
 
     def finish(self, sid: str, harness_name: str, outcome: DriveOutcome, t0: float) -> Trajectory:
         """The session's trajectory with the outcome of its drive filled in: label, cause, grade, guards,
         reward, timings.
 
-        Runs where the proxy lives, whichever backend drove the harness (threads here, Ray workers)."""
+        Runs where the proxy lives, whichever backend drove the harness (threads here, Ray workers). The
+        session is sealed first: its token stops working, so nothing reaches the trajectory after this."""
+        self.policy.proxy.seal_session(sid)
         traj = self.policy.proxy.trajectory(sid)
-        traj.metadata.pop(_ANSWER_KEY, None)  # the answer never leaves the session
         result = outcome.result
         traj.harness, traj.policy = harness_name, self.policy.name
         traj.harness_version = outcome.harness_version
@@ -299,13 +295,14 @@ def drive_and_grade(
     task: Task,
     harness: Harness,
     sid: str,
+    token: str,
     opts: RolloutOptions,
     *,
     proxy_uds: Path,
     proxy_cfg: ProxyConfig,
 ) -> DriveOutcome:
     """Sandbox → prepare → run → kill the agent's processes → diff → grade, for the proxy session ``sid``
-    reached at ``proxy_uds``.
+    reached at ``proxy_uds`` (the model face, or a forwarder to it) with its token ``token``.
 
     The half of a rollout that needs a sandbox; both backends run it (the threads backend in-process,
     the Ray backend on a worker, with ``proxy_uds`` a local forwarder to the driver's proxy). Every diff
@@ -313,7 +310,7 @@ def drive_and_grade(
     (:meth:`RolloutRunner.finish`). When grading fails, the pristine repo is graded too, so the
     verdict can tell a broken task from a diff that breaks the grader. ``proxy_cfg`` is the serving
     proxy's config (model name, API key for the harness's endpoint)."""
-    outcome = _drive(cfg, task, harness, sid, opts, proxy_uds, proxy_cfg)
+    outcome = _drive(cfg, task, harness, sid, token, opts, proxy_uds, proxy_cfg)
     outcome.harness_version = _safe_version(harness)
     if outcome.diff is not None:
         t_grade = time.monotonic()
@@ -340,6 +337,7 @@ def _drive(
     task: Task,
     harness: Harness,
     sid: str,
+    token: str,
     opts: RolloutOptions,
     proxy_uds: Path,
     proxy_cfg: ProxyConfig,
@@ -357,7 +355,9 @@ def _drive(
         try:
             held = getattr(sandbox, "history_strip", None)  # backends verify it when they build the copy
             history_ok = bool(held) if held is not None else verify_history_strip(sandbox.root)
-            prepared = harness.prepare(sandbox, _endpoint(sandbox, sid, proxy_cfg))
+            root_url = f"http://127.0.0.1:{sandbox.proxy_port}"  # the sandbox's bridge to the model face
+            endpoint = session_endpoint(root_url, sid, token, proxy_cfg.served_model_name)
+            prepared = harness.prepare(sandbox, endpoint)
         except LegoError as exc:
             return DriveOutcome.failed("prepare", _describe(exc))
         limits = HarnessLimits(max_turns=opts.max_turns, timeout_s=opts.timeout_s)
@@ -374,18 +374,6 @@ def _drive(
         return DriveOutcome(result, diff, history_ok, error)
     finally:
         sandbox.close()
-
-
-def _endpoint(sandbox: Sandbox, sid: str, proxy_cfg: ProxyConfig) -> Endpoint:
-    """The session's URLs as the harness sees them inside ``sandbox`` (its bridge to the proxy)."""
-    root = f"http://127.0.0.1:{sandbox.proxy_port}/s/{sid}"
-    return Endpoint(
-        base_url=f"{root}/v1",
-        anthropic_base_url=root,
-        api_key=proxy_cfg.api_key or "lego-local",
-        model=proxy_cfg.served_model_name,
-        session_id=sid,
-    )
 
 
 def _describe(exc: BaseException) -> str:

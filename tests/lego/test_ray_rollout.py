@@ -124,7 +124,7 @@ def test_an_unreachable_proxy_is_a_labelled_failure_not_a_crash(
     # a worker whose forwarder dials a closed port: the harness cannot reach the policy
     outcome = ray.get(
         ray.remote(num_cpus=1)(run_rollout_task).remote(
-            runner.cfg, tasks[0], "lego-agent", "s-unreachable", replace(OPTS, max_turns=2, timeout_s=60),
+            runner.cfg, tasks[0], "lego-agent", "s-unreachable", "no-token", replace(OPTS, max_turns=2, timeout_s=60),
             ("127.0.0.1", 9), runner.policy.proxy.config,
         )
     )  # fmt: skip
