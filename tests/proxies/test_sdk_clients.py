@@ -10,6 +10,7 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+import pytest
 
 from proxies.server import ProxyServer
 
@@ -24,16 +25,39 @@ BASH = {
 CALL = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call><|im_end|>'
 
 
-def _oa(srv: ProxyServer, session: str = "t") -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.session_base_url(session), api_key="k", max_retries=0)
+class Clients:
+    """SDK clients of a proxy session through one face: ``control`` (the trainer's listener, the
+    session created on first use) or ``model`` (what sandboxes reach: a TCP model-face listener,
+    the session opened first and its token as the API key)."""
+
+    def __init__(self, face: str) -> None:
+        self.face = face
+        self.roots: dict[int, str] = {}
+
+    def root(self, srv: ProxyServer, session: str) -> tuple[str, str]:
+        if self.face == "control":
+            return f"{srv.root_url}/s/{session}", "k"
+        if id(srv) not in self.roots:
+            self.roots[id(srv)] = f"http://127.0.0.1:{srv.listen_tcp('127.0.0.1')}"
+        token = srv.open_session(session)
+        return f"{self.roots[id(srv)]}/s/{session}", token
+
+    def openai(self, srv: ProxyServer, session: str = "t") -> openai.OpenAI:
+        root, key = self.root(srv, session)
+        return openai.OpenAI(base_url=f"{root}/v1", api_key=key, max_retries=0)
+
+    def anthropic(self, srv: ProxyServer, session: str = "t") -> anthropic.Anthropic:
+        root, key = self.root(srv, session)
+        return anthropic.Anthropic(base_url=root, api_key=key, max_retries=0)
 
 
-def _an(srv: ProxyServer, session: str = "t") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=f"{srv.root_url}/s/{session}", api_key="k", max_retries=0)
+@pytest.fixture(params=["control", "model"])
+def clients(request: pytest.FixtureRequest) -> Clients:
+    return Clients(request.param)
 
 
-def test_chat_non_stream_usage_matches_the_recorded_segment(server: ProxyServer) -> None:
-    r = _oa(server).chat.completions.create(
+def test_chat_non_stream_usage_matches_the_recorded_segment(server: ProxyServer, clients: Clients) -> None:
+    r = clients.openai(server).chat.completions.create(
         model="claude-whatever", messages=[{"role": "user", "content": "hello"}], max_tokens=12, seed=3
     )
     assert r.object == "chat.completion" and r.model == "claude-whatever"
@@ -44,8 +68,10 @@ def test_chat_non_stream_usage_matches_the_recorded_segment(server: ProxyServer)
     assert r.usage.completion_tokens == seg.num_sampled <= 12
 
 
-def test_chat_stream_has_usage_chunk_and_same_text_as_recorded(server: ProxyServer, chat_format: Any) -> None:
-    stream = _oa(server).chat.completions.create(
+def test_chat_stream_has_usage_chunk_and_same_text_as_recorded(
+    server: ProxyServer, chat_format: Any, clients: Clients
+) -> None:
+    stream = clients.openai(server).chat.completions.create(
         model="m",
         messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
         max_tokens=10,
@@ -63,10 +89,10 @@ def test_chat_stream_has_usage_chunk_and_same_text_as_recorded(server: ProxyServ
     assert chunks[-1].usage.completion_tokens == traj.segments[0].num_sampled
 
 
-def test_chat_tools_round_trip_streamed_tool_call_deltas(scripted: Any) -> None:
+def test_chat_tools_round_trip_streamed_tool_call_deltas(scripted: Any, clients: Clients) -> None:
     srv, engine = scripted
     engine.push("let me look\n" + CALL, "done<|im_end|>")
-    client = _oa(srv)
+    client = clients.openai(srv)
     messages: list[dict[str, Any]] = [{"role": "system", "content": "agent"}, {"role": "user", "content": "list files"}]
     stream = client.chat.completions.create(model="m", messages=messages, tools=[BASH], stream=True)
     chunks = list(stream)
@@ -90,10 +116,10 @@ def test_chat_tools_round_trip_streamed_tool_call_deltas(scripted: Any) -> None:
     assert len(traj.segments) == 1 and traj.counters["calls"] == 2
 
 
-def test_responses_stream_with_a_function_call_then_its_output(scripted: Any) -> None:
+def test_responses_stream_with_a_function_call_then_its_output(scripted: Any, clients: Clients) -> None:
     srv, engine = scripted
     engine.push(CALL, "all good<|im_end|>")
-    client = _oa(srv)
+    client = clients.openai(srv)
     tools = [
         {
             "type": "function",
@@ -127,8 +153,8 @@ def test_responses_stream_with_a_function_call_then_its_output(scripted: Any) ->
     assert len(traj.segments) == 1 and traj.counters["calls"] == 2
 
 
-def test_anthropic_messages_non_stream_and_stream(server: ProxyServer) -> None:
-    client = _an(server)
+def test_anthropic_messages_non_stream_and_stream(server: ProxyServer, clients: Clients) -> None:
+    client = clients.anthropic(server)
     msg = client.messages.create(
         model="claude-test-model", max_tokens=10, system="be brief", messages=[{"role": "user", "content": "hi"}]
     )
@@ -146,10 +172,10 @@ def test_anthropic_messages_non_stream_and_stream(server: ProxyServer) -> None:
     assert count.input_tokens > 0
 
 
-def test_anthropic_tool_use_then_tool_result(scripted: Any) -> None:
+def test_anthropic_tool_use_then_tool_result(scripted: Any, clients: Clients) -> None:
     srv, engine = scripted
     engine.push("<think>\nneed ls\n</think>\n\n" + CALL, "two files<|im_end|>")
-    client = _an(srv)
+    client = clients.anthropic(srv)
     tools = [{"name": "bash", "description": "Run a shell command.", "input_schema": BASH["function"]["parameters"]}]
     history: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
     with client.messages.stream(
@@ -182,4 +208,18 @@ def test_unix_socket_serving_with_the_openai_sdk(tiny_engine: Any, chat_format: 
         client = openai.OpenAI(base_url=srv.session_base_url("u"), api_key="k", http_client=http, max_retries=0)
         r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         assert srv.uds == sock and r.usage is not None and r.usage.completion_tokens >= 1
+        assert len(srv.trajectory("u").segments) == 1
+
+
+def test_model_face_unix_socket_with_the_openai_sdk(tiny_engine: Any, chat_format: Any, tmp_path: Any) -> None:
+    """What a local sandbox binds: the model face's socket, the session's token as the API key."""
+    from lego.config import ProxyConfig
+
+    with ProxyServer(tiny_engine, chat_format, ProxyConfig(uds=str(tmp_path / "c.sock"), default_max_tokens=4)) as srv:
+        token = srv.open_session("u")
+        endpoint = srv.endpoint("u")
+        http = httpx.Client(transport=httpx.HTTPTransport(uds=srv.model_uds))
+        client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, http_client=http, max_retries=0)
+        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert endpoint.api_key == token and r.usage is not None and r.usage.completion_tokens >= 1
         assert len(srv.trajectory("u").segments) == 1
