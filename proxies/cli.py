@@ -1,8 +1,12 @@
 """`lego proxy`: serve a policy to any harness and record token-exact trajectories.
 
-Prints the base URLs to give a harness (OpenAI-style ``.../v1``, Anthropic-style without ``/v1``,
-and the per-session form), then serves until Ctrl-C. Trajectories are read at
-``GET /s/{session}/trajectory``.
+Prints the base URLs of the control face (OpenAI-style ``.../v1``, Anthropic-style without
+``/v1``, and the per-session form) and of the model face, then serves until Ctrl-C. The control
+face is yours: a harness you trust can use it directly, sessions are opened with
+``POST /s/{session}`` (the answer holds the session's model-face token), read at
+``GET /s/{session}/trajectory`` and closed with ``DELETE /s/{session}``. An agent you do not trust
+gets the model face and a session's token as its API key: its own session's model routes, nothing
+else (see :mod:`proxies.app`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,18 @@ __all__ = ["proxy"]
     default=None,
     help="Require this key on every route (env LEGO_PROXY_API_KEY).",
 )
+@click.option(
+    "--model-uds",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Put the model face's Unix socket here (default: a private temp path, printed).",
+)
+@click.option(
+    "--model-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also serve the model face on this TCP port of --host (0: pick a free one).",
+)
 @click.option("--vllm-url", default=None, help="Base URL of `vllm serve` (with --engine vllm).")
 @click.option(
     "--device",
@@ -68,6 +84,8 @@ def proxy(
     port: int,
     uds: str | None,
     api_key: str | None,
+    model_uds: str | None,
+    model_port: int | None,
     vllm_url: str | None,
     device: str,
     max_model_len: int | None,
@@ -91,15 +109,23 @@ def proxy(
     config = ProxyConfig(
         host=host, port=port, uds=uds, api_key=api_key, served_model_name=served_model_name, strict_sessions=strict
     )
-    server = ProxyServer(engine, chat_format, config)
+    server = ProxyServer(engine, chat_format, config, model_uds=model_uds)
     server.start()
-    where = f"unix socket {uds}" if uds else server.root_url
+    root = server.root_url
+    where = f"unix socket {uds}" if uds else root
     click.echo(f"lego proxy serving {model} ({engine_kind}) on {where}")
+    click.echo("control face (yours: sessions, trajectories):")
     click.echo(f"  OpenAI base URL:     {server.base_url}")
     click.echo(f"  Anthropic base URL:  {server.anthropic_base_url}")
-    click.echo(
-        f"  per session:         {server.root_url}/s/<session>/v1   (trajectory: GET {server.root_url}/s/<session>/trajectory)"
-    )
+    click.echo(f"  per session:         {root}/s/<session>/v1   (trajectory: GET {root}/s/<session>/trajectory)")
+    click.echo(f'  open a session:      POST {root}/s/<session> {{"max_turns": 30}}  -> its token')
+    click.echo("model face (an agent's: its own session's model routes, the token as its API key):")
+    click.echo(f"  unix socket:         {server.model_uds}")
+    if model_port is not None:
+        bound = server.listen_tcp(host, model_port)
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else (f"[{host}]" if ":" in host else host)
+        model_root = f"http://{shown}:{bound}"
+        click.echo(f"  model base URL:      {model_root}/s/<session>/v1")
     click.echo("Ctrl-C to stop.")
     stop = threading.Event()
 

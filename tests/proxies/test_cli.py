@@ -38,16 +38,18 @@ def test_lego_proxy_prints_urls_serves_and_stops_on_signal(
         "0",
         "--device",
         "cpu",
+        "--model-port",
+        "0",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec)
     try:
         urls: dict[str, str] = {}
         deadline = time.monotonic() + 120
-        while len(urls) < 2 and time.monotonic() < deadline:
+        while len(urls) < 3 and time.monotonic() < deadline:
             line = proc.stdout.readline()  # type: ignore[union-attr]
             if not line and proc.poll() is not None:
                 break
-            for key in ("OpenAI", "Anthropic"):
+            for key in ("OpenAI", "Anthropic", "model"):
                 m = re.search(rf"{key} base URL:\s+(\S+)", line)
                 if m:
                     urls[key] = m.group(1)
@@ -57,6 +59,14 @@ def test_lego_proxy_prints_urls_serves_and_stops_on_signal(
             json={"model": "claude-x", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]},
         )
         assert r.status_code == 200 and r.json()["usage"]["output_tokens"] >= 1
+        # an agent's way in: a session opened on the control face, its token on the model face
+        root = urls["Anthropic"]
+        token = httpx.post(f"{root}/s/job", json={"max_turns": 3}).json()["token"]
+        chat = {"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}
+        model_url = urls["model"].replace("<session>", "job") + "/chat/completions"
+        assert httpx.post(model_url, json=chat).status_code == 401
+        assert httpx.post(model_url, json=chat, headers={"authorization": f"Bearer {token}"}).status_code == 200
+        assert httpx.get(f"{root}/s/job/trajectory").json()["counters"]["calls"] == 1
         proc.send_signal(sig)
         assert proc.wait(timeout=60) == 0  # a liveness bound, not a speed target
     finally:
