@@ -32,9 +32,14 @@ class TrainItem(BaseModel):
 
 
 def items_from_trajectories(
-    trajectories: Sequence[Trajectory], advantages: Sequence[float] | None = None, adv_eps: float = 1e-6
+    trajectories: Sequence[Trajectory],
+    advantages: Sequence[float] | None = None,
+    adv_eps: float = 1e-6,
+    side_threads: bool = False,
 ) -> list[TrainItem]:
-    """Every segment with at least one sampled token, tagged with its trajectory's advantage.
+    """Every main-thread segment with at least one sampled token, tagged with its trajectory's advantage;
+    with ``side_threads`` (``training.train_side_threads``) the side threads' segments too, as part of
+    the same episode.
 
     ``advantages`` default: group-normalised over trajectories sharing a ``task_id``
     (:func:`lego.algos.group_advantages`), counting only trajectories that have a reward and are
@@ -48,7 +53,8 @@ def items_from_trajectories(
     for traj, adv, ok in zip(trajectories, advantages, usable, strict=True):
         if not ok:
             continue
-        for seg in traj.segments:
+        side = [seg for thread in traj.side_threads for seg in thread.segments] if side_threads else []
+        for seg in [*traj.segments, *side]:
             if seg.num_sampled:
                 items.append(TrainItem(segment=seg, advantage=adv, episode_id=traj.trajectory_id, harness=traj.harness))
     return items

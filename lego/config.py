@@ -248,6 +248,11 @@ class TrainingConfig(_Section):
     )
     fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
     retry_infra: int = Field(1, ge=0, description="Retries for a rollout that ended in an infrastructure failure.")
+    train_side_threads: bool = Field(
+        False,
+        description="Also train on a trajectory's side threads (subagents, title calls, quota probes the harness "
+        "sent to its session), with the trajectory's advantage. Off: only the agent's own conversation is trained on.",
+    )
     rollout_backend: Literal["threads", "ray"] = Field(
         "threads",
         description="Where rollouts run: 'threads' in this process; 'ray' as Ray tasks (the 'ray' extra), each "

@@ -24,9 +24,11 @@ __all__ = [
     "GradeResult",
     "HarnessLimits",
     "HarnessResult",
+    "MainThreadSpec",
     "RequestContext",
     "SamplingParams",
     "Segment",
+    "SideThread",
     "StepMetrics",
     "Task",
     "TerminationLabel",
@@ -170,6 +172,46 @@ class DiscardedGeneration(BaseModel):
     reason: str
 
 
+class SideThread(BaseModel):
+    """A conversation in a session other than the agent's own (a subagent, a title generator, a
+    quota probe): recorded token-exactly like the main thread, exported apart from it, and trained
+    on only when ``training.train_side_threads`` is set (DESIGN.md "Faithful rollouts", rule 5)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    thread_id: str = Field(description="The recorder's thread key (a hash of its system prompt and tools).")
+    opening: str = Field("", description="The start of its system prompt (else its first user message).")
+    has_tools: bool = False
+    generations: int = 0
+    segments: list[Segment] = Field(default_factory=list)
+
+
+class MainThreadSpec(BaseModel):
+    """What the harness's own conversation looks like, as its adapter declares it.
+
+    The first thread whose opening request fits becomes the session's main thread and nothing
+    else can (see :mod:`proxies.recorder`). Without a declaration the proxy's default rule applies
+    (the first thread with tools and a system prompt); a harness whose main request carries no
+    tools should declare one, or an agent's own request with tools could outrank it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system_contains: str | None = Field(
+        None, min_length=1, description="Text the main request's system prompt contains (e.g. its opening line)."
+    )
+    tool_names: frozenset[str] = Field(
+        default_factory=frozenset,
+        description="Tool names the main request carries, every one of them (it may carry others too).",
+    )
+
+    @model_validator(mode="after")
+    def _says_something(self) -> MainThreadSpec:
+        if self.system_contains is None and not self.tool_names:
+            raise ValueError("a main-thread declaration needs system_contains or tool_names (or both)")
+        return self
+
+
 class GradeResult(BaseModel):
     """The grader's verdict on one diff."""
 
@@ -179,6 +221,11 @@ class GradeResult(BaseModel):
     resolved: bool
     tests: dict[str, str] = Field(default_factory=dict, description="test id -> passed|failed|error|skipped|missing")
     excluded_files: list[str] = Field(default_factory=list, description="Files dropped from the graded diff.")
+    tampered: list[str] = Field(
+        default_factory=list,
+        description="Evidence that the test run forged or subverted its own results (a canary reported passed, "
+        "pytest's objects patched, records out of protocol order...); non-empty means reward 0.",
+    )
     log: str = ""
     duration_s: float = 0.0
 
@@ -210,6 +257,11 @@ class Trajectory(BaseModel):
     messages: list[dict[str, Any]] = Field(default_factory=list, description="Snapshot of the main thread.")
     tools: list[dict[str, Any]] = Field(default_factory=list)
     discarded: list[DiscardedGeneration] = Field(default_factory=list)
+    side_threads: list[SideThread] = Field(
+        default_factory=list,
+        description="The session's other conversations (subagents, title calls, quota probes), never in "
+        "``segments``; trained on only with training.train_side_threads.",
+    )
     termination: TerminationLabel = "completed"
     reward: float | None = None
     grade: GradeResult | None = None

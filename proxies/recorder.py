@@ -6,9 +6,10 @@ The algorithm (DESIGN.md "Faithful rollouts", rules 1-5):
 
 * A session holds *threads*, keyed by the conversation's first messages (the system prompt) and
   the tools schema; a request opening like an existing thread (same system prompt and first user
-  message) with changed tools continues it. The main thread is the one with the most generations;
-  the others (subagents, title generators, quota probes) are served the same way but never
-  exported for training.
+  message) with changed tools continues it. Every thread is recorded the same way; one of them is
+  the *main thread* (below), the others (subagents, title generators, quota probes) are *side
+  threads*: exported apart (``Trajectory.side_threads``), never in the main segments, and trained
+  on only when ``training.train_side_threads`` says so.
 * A thread keeps the message snapshot ``S`` (the last request's messages plus the assistant
   message the proxy returned), the current segment's flat token list with a mask, logprobs and
   policy versions, and *boundaries*: for message counts ``j`` seen at a call, the token length and
@@ -32,6 +33,30 @@ The algorithm (DESIGN.md "Faithful rollouts", rules 1-5):
   template's closing tokens (the end-of-turn token if the policy did not sample one, then whatever
   the template puts after it, e.g. a newline) enter with mask 0 (rule 3).
 
+Which thread is the main thread (rule 5) is decided by what its opening request *is*, never by
+how many generations a thread has:
+
+* declared: the session was opened with a :class:`~lego.types.MainThreadSpec` (the adapter knows
+  its harness's main request: a system-prompt text, tool names). The first thread whose opening
+  request fits is the main thread; no other thread can ever be, and until one fits there is none
+  (nothing is exported as main, no call counts against ``max_turns``).
+* default: a thread's *standing* is fixed by its opening request: 3 with tools and a system
+  prompt (the shape of an agent harness's main request), 2 with tools only, 1 with a system
+  prompt only, 0 with neither (a quota probe). The main thread is the first committed thread of
+  the highest standing. A thread of lower standing that came first (a quota probe before the first
+  turn) is main only until a higher one appears; a thread of standing 3 is main for good, since no
+  thread outranks it and every later thread comes after it.
+
+Limits, stated plainly. The recorder sees requests, not senders: the agent can reach its session's
+model face, so what protects the main thread is that it came first. (1) Once a standing-3 or a
+declared main thread exists, nothing the agent sends replaces it. (2) Without a declaration, a
+harness whose main request has no tools is outranked by any later request with tools (the
+agent's own included): such adapters should declare their main thread. (3) A request that opens
+exactly like the main thread (same system prompt and tools, or same system prompt and first user
+message) *is* the main thread by this definition: it continues it, as a new segment if it does not
+extend the history (how compaction looks), and its turns count against ``max_turns``. It adds
+segments; it cannot remove or alter the recorded ones.
+
 The chat template must be prefix-stable: rendering ``messages[:j]`` is a textual prefix of rendering
 ``messages[:j+1]``. Where a template breaks that for some request, the recorder notices (the
 stored text is not a prefix of the new rendering), counts ``template_unstable`` and starts a new
@@ -47,12 +72,13 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from lego.types import DiscardedGeneration, Generation, Segment
+from lego.types import DiscardedGeneration, Generation, MainThreadSpec, Segment, SideThread
 
-__all__ = ["ChatTemplate", "PreparedCall", "SessionRecorder", "Thread", "thread_key"]
+__all__ = ["ChatTemplate", "PreparedCall", "SessionRecorder", "Thread", "standing", "thread_key"]
 
 Message = dict[str, Any]
 MAX_SIDE_THREADS = 32
+OPENING_CHARS = 200  # of a side thread's system prompt, exported so a reader can tell what it was
 _NAN = float("nan")
 
 
@@ -86,6 +112,34 @@ def _first_user(messages: list[Message]) -> str:
             c = m.get("content")
             return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
     return ""
+
+
+def _plain_system(messages: list[Message]) -> str:
+    """The system prompt as text (content parts joined), for matching a declaration against it."""
+    for m in messages:
+        if m.get("role") in ("system", "developer"):
+            c = m.get("content")
+            if isinstance(c, list):
+                return "\n".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
+            return c if isinstance(c, str) else ""
+        break
+    return ""
+
+
+def _tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
+    return {str((t.get("function") or t).get("name")) for t in tools or []}
+
+
+def standing(messages: list[Message], tools: list[dict[str, Any]] | None, spec: MainThreadSpec | None = None) -> int:
+    """How strongly a thread's opening request looks like the harness's own (see the module docstring).
+
+    With a declaration ``spec``: 1 if the request fits it, else 0 (only fitting threads can be main).
+    Without: 2 for tools plus 1 for a system prompt (0-3).
+    """
+    if spec is not None:
+        fits_system = spec.system_contains is None or spec.system_contains in _plain_system(messages)
+        return int(fits_system and spec.tool_names <= _tool_names(tools))
+    return 2 * bool(tools) + bool(_system_text(messages))
 
 
 def thread_key(messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
@@ -179,6 +233,7 @@ class Thread:
     generations: int = 0
     order: int = 0
     opening: tuple[str, str] = ("", "")  # (system prompt, first user message) of the current segment
+    standing: int = 0  # fixed by the request that opened the thread (see :func:`standing`)
 
 
 @dataclass
@@ -197,14 +252,16 @@ class PreparedCall:
     delta_text: str  # rendered text of the messages after the kept part (no generation prompt)
     gen_text: str  # the template's generation prompt
     kept_bounds: dict[int, tuple[int, int]]
+    standing: int = 0  # of the request, used if it opens a new thread
     reason: str = ""
 
 
 class SessionRecorder:
     """Records one session's calls (see the module docstring for the algorithm)."""
 
-    def __init__(self, template: ChatTemplate) -> None:
+    def __init__(self, template: ChatTemplate, main_thread: MainThreadSpec | None = None) -> None:
         self.template = template
+        self.spec = main_thread
         self.threads: dict[str, Thread] = {}
         self.discarded: list[DiscardedGeneration] = []
         self.counters: dict[str, float] = {
@@ -213,24 +270,33 @@ class SessionRecorder:
             "completion_tokens": 0,
             "rewrites": 0,
             "retries": 0,
-            "side_calls": 0,
             "template_unstable": 0,
             "tool_call_parse_failures": 0,
             "overflows": 0,
+            "side_threads_evicted": 0,
         }
         self._eot_text = template.decode([template.im_end_id])
 
     # ------------------------------------------------------------------ threads
     def main_thread(self) -> Thread | None:
-        """The thread with the most generations (ties: the one that started first)."""
-        if not self.threads:
-            return None
-        return max(self.threads.values(), key=lambda t: (t.generations, -t.order))
+        """The first committed thread of the highest standing (declared: the first that fits)."""
+        candidates = [t for t in self.threads.values() if self.spec is None or t.standing > 0]
+        return min(candidates, key=lambda t: (-t.standing, t.order), default=None)
 
-    def is_main(self, key: str) -> bool:
-        """Whether a call on thread ``key`` is (or would start) the main thread."""
+    def is_main(self, key: str, messages: list[Message], tools: list[dict[str, Any]] | None) -> bool:
+        """Whether a call on thread ``key`` (with this request) is, or would open, the main thread."""
         main = self.main_thread()
-        return main is None or main.key == key
+        if key in self.threads:
+            return main is not None and main.key == key
+        rank = standing(messages, tools, self.spec)
+        if main is None:
+            return self.spec is None or rank > 0
+        return rank > main.standing  # a new thread comes last: it wins on standing alone
+
+    def generations(self, key: str) -> int:
+        """Turns recorded on thread ``key`` so far (0 for a thread not opened yet)."""
+        th = self.threads.get(key)
+        return th.generations if th else 0
 
     # ------------------------------------------------------------------ matching
     def _matches(self, th: Thread, i: int, incoming: Message) -> bool:
@@ -358,6 +424,7 @@ class SessionRecorder:
         context_len = len(ctx)
         ctx.extend(self.template.encode(gen_text))
         return PreparedCall(
+            standing=th.standing if th.key in self.threads else standing(messages, tools, self.spec),
             thread_key=th.key,
             mode=mode,
             matched=matched,
@@ -378,7 +445,8 @@ class SessionRecorder:
         if th is None:
             if len(self.threads) >= MAX_SIDE_THREADS:
                 self._evict_side_thread()
-            th = Thread(key=call.thread_key, order=max((t.order for t in self.threads.values()), default=-1) + 1)
+            order = max((t.order for t in self.threads.values()), default=-1) + 1
+            th = Thread(key=call.thread_key, order=order, standing=call.standing)
             self.threads[th.key] = th
         seg = th.seg
         if call.mode == "retry" and th.last_gen is not None:
@@ -437,8 +505,6 @@ class SessionRecorder:
         self.counters["prompt_tokens"] += len(call.prompt_ids)
         self.counters["completion_tokens"] += len(gen.token_ids)
         self.counters["tool_call_parse_failures"] += parse_failures
-        if not self.is_main(th.key):
-            self.counters["side_calls"] += 1
 
     def _assistant_text(self, snapshot: list[Message], tools: list[dict[str, Any]]) -> str:
         """The rendered text of the last message of ``snapshot`` (an assistant turn), windowed."""
@@ -466,6 +532,7 @@ class SessionRecorder:
         if side:
             victim = min(side, key=lambda t: (t.generations, t.order))
             del self.threads[victim.key]
+            self.counters["side_threads_evicted"] += 1
 
     def note_overflow(self) -> None:
         self.counters["overflows"] += 1
@@ -479,6 +546,26 @@ class SessionRecorder:
         cur = main.seg.export()
         return [*main.sealed, *([cur] if cur is not None else [])]
 
+    def side_threads(self) -> list[SideThread]:
+        """Every thread but the main one, in the order they started, each with its own segments."""
+        main = self.main_thread()
+        out = []
+        for th in sorted(self.threads.values(), key=lambda t: t.order):
+            if th is main:
+                continue
+            cur = th.seg.export()
+            system, first_user = _system_text(th.messages), _first_user(th.messages)
+            out.append(
+                SideThread(
+                    thread_id=th.key,
+                    opening=(system or first_user)[:OPENING_CHARS],
+                    has_tools=bool(th.tools),
+                    generations=th.generations,
+                    segments=[*th.sealed, *([cur] if cur is not None else [])],
+                )
+            )
+        return out
+
     def snapshot(self) -> tuple[list[Message], list[dict[str, Any]]]:
         main = self.main_thread()
         return (list(main.messages), list(main.tools)) if main else ([], [])
@@ -489,4 +576,7 @@ class SessionRecorder:
         out["threads"] = len(self.threads)
         main = self.main_thread()
         out["turns"] = main.generations if main else 0
+        # Side calls are counted against the main thread as it stands now: a quota probe answered
+        # while it was the only thread is a side call once the harness's main thread exists.
+        out["side_calls"] = sum(t.generations for t in self.threads.values() if t is not main)
         return out

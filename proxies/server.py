@@ -49,7 +49,7 @@ from lego.config import ProxyConfig
 from lego.engines.base import Engine
 from lego.errors import ConfigError
 from lego.io import atomic_write_json
-from lego.types import Endpoint, Trajectory
+from lego.types import Endpoint, MainThreadSpec, Trajectory
 from proxies.app import build_app
 from proxies.service import ChatFormatLike, ProxyService, takes_answer
 
@@ -311,6 +311,7 @@ class ProxyServer:
         training: bool = False,
         temperature: float | None = None,
         max_turns: int | None = None,
+        main_thread: MainThreadSpec | None = None,
     ) -> str:
         """Start recording ``session_id``; returns its model-face token (the harness's API key).
 
@@ -319,7 +320,8 @@ class ProxyServer:
         before the session answers 400. ``answer``: the task's gold patch, only when
         :attr:`takes_answer` (the oracle engine); it reaches the engine as ``RequestContext.answer``
         and nothing else (not the metadata, not the trajectory). Reopening an id replaces the
-        session and revokes its old token. None of these can be changed from the model face."""
+        session and revokes its old token. ``main_thread``: how the harness's own conversation is
+        recognised (see :mod:`proxies.recorder`). None of these can be changed from the model face."""
         s = self._on_loop(
             lambda: self.service.open_session(
                 session_id,
@@ -328,6 +330,7 @@ class ProxyServer:
                 training=training,
                 temperature=temperature,
                 max_turns=max_turns,
+                main_thread=main_thread,
             )
         )
         return s.token

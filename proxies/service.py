@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from lego.config import ProxyConfig
 from lego.engines.base import Engine
 from lego.errors import ChatFormatError, ContextOverflowError, EngineError, EngineUnavailableError
-from lego.types import Generation, RequestContext, SamplingParams, TerminationLabel, Trajectory
+from lego.types import Generation, MainThreadSpec, RequestContext, SamplingParams, TerminationLabel, Trajectory
 from proxies.errors import Api, ApiError
 from proxies.recorder import ChatTemplate, SessionRecorder
 
@@ -146,11 +146,14 @@ class ProxyService:
         training: bool = False,
         temperature: float | None = None,
         max_turns: int | None = None,
+        main_thread: MainThreadSpec | None = None,
     ) -> Session:
         """A fresh session under ``session_id`` (replacing, and revoking, any session of that id).
 
         ``answer``: the task's gold patch, only for an engine that takes it (the oracle); any other
-        engine would hold a secret it has no use for, so that is refused rather than ignored."""
+        engine would hold a secret it has no use for, so that is refused rather than ignored.
+        ``main_thread``: the harness's main request as its adapter declares it (None: the recorder's
+        default rule; see :mod:`proxies.recorder`)."""
         if training and temperature is None:
             raise ValueError("a training session needs the run's temperature (temperature=...)")
         if answer is not None and not takes_answer(self.engine):
@@ -167,7 +170,7 @@ class ProxyService:
         token = "lego-" + secrets.token_urlsafe(32)
         s = Session(
             id=session_id,
-            recorder=SessionRecorder(self.chat),
+            recorder=SessionRecorder(self.chat, main_thread),
             token=token,
             answer=answer,
             metadata=dict(metadata or {}),
@@ -229,6 +232,7 @@ class ProxyService:
             messages=messages,
             tools=tools,
             discarded=list(rec.discarded),
+            side_threads=rec.side_threads(),
             termination=s.termination,
             counters=counters,
             metadata={k: v for k, v in s.metadata.items() if _jsonable(v)},
@@ -249,10 +253,9 @@ class ProxyService:
         rec = s.recorder
         key = rec.resolve_thread(req.messages, req.tools)
         async with s.lock(key):
-            main = rec.is_main(key)
+            main = rec.is_main(key, req.messages, req.tools)
             if main and s.max_turns is not None:
-                turns = rec.main_thread().generations if rec.main_thread() else 0  # type: ignore[union-attr]
-                if turns >= s.max_turns:
+                if rec.generations(key) >= s.max_turns:
                     s.termination = "max_turns"
                     raise ApiError(400, f"this session reached its limit of {s.max_turns} turns", code="max_turns")
             try:

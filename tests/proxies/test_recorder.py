@@ -4,9 +4,14 @@ retries / threads behave as DESIGN.md says."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from lego.types import Generation
+import pytest
+from pydantic import ValidationError
+
+from lego.types import Generation, MainThreadSpec
 from proxies.recorder import SessionRecorder
 
 TOOLS = [
@@ -87,7 +92,7 @@ def test_tools_change_is_another_thread_and_side_threads_are_not_exported(chat_f
         "A title<|im_end|>",
         tools=None,
     )
-    assert len(rec.threads) == 2 and rec.counters["side_calls"] == 1
+    assert len(rec.threads) == 2 and rec.summary_counters()["side_calls"] == 1
     (seg,) = rec.segments()
     assert "A title" not in chat_format.decode(seg.input_ids)
 
@@ -121,4 +126,64 @@ def test_tools_growing_mid_conversation_continue_the_thread_as_a_new_segment(cha
     ]
     call, _ = _turn(rec, chat_format, messages, "step 1<|im_end|>", tools=more_tools)
     assert call.mode == "new_segment" and len(rec.threads) == 1
-    assert len(rec.segments()) == 2 and rec.counters["rewrites"] == 1 and rec.counters["side_calls"] == 0
+    assert len(rec.segments()) == 2 and rec.counters["rewrites"] == 1 and rec.summary_counters()["side_calls"] == 0
+
+
+def _claude_code(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A Claude Code request body as the proxy's Anthropic route hands it to the recorder."""
+    from proxies.anthropic_messages import MessagesRequest, to_chat_request
+
+    req = to_chat_request(MessagesRequest.model_validate(body))
+    return req.messages, req.tools
+
+
+def test_claude_codes_real_main_request_is_the_main_thread_over_its_small_model_calls(chat_format: Any) -> None:
+    """The captured first request of Claude Code 2.1.332 (system prompt + its tool set) against the
+    side calls it sends to the same session: a quota probe before it and a title call after it.
+    Each thread has one generation, so only identity can pick the main one."""
+    fixture = Path(__file__).parents[1] / "harnesses" / "fixtures" / "claude_code_2.1.332_first_request.json"
+    body = json.loads(fixture.read_text())["body"]
+    main, main_tools = _claude_code(body)
+    probe, _ = _claude_code({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "quota"}]})
+    title, _ = _claude_code(
+        {
+            "model": "m",
+            "max_tokens": 32,
+            "system": [*body["system"][:1], {"type": "text", "text": "Generate a concise title for this session."}],
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    )
+    declared = MainThreadSpec(system_contains="You are a Claude agent, built on Anthropic's Claude Agent SDK.")
+    for spec in (None, declared):
+        rec = SessionRecorder(chat_format, main_thread=spec)
+        _turn(rec, chat_format, probe, "ok<|im_end|>", tools=None)
+        _turn(rec, chat_format, main, "I will look at the repo.<|im_end|>", tools=main_tools)
+        _turn(rec, chat_format, title, "Greeting<|im_end|>", tools=None)
+        (seg,) = rec.segments()
+        snapshot, tools = rec.snapshot()
+        assert tools == main_tools and snapshot[-1]["content"] == "I will look at the repo."
+        assert seg.input_ids == chat_format.render(snapshot, main_tools)
+        assert [t.opening for t in rec.side_threads()] == ["quota", title[0]["content"][:200]]
+        assert rec.summary_counters()["turns"] == 1 and rec.summary_counters()["side_calls"] == 2
+
+
+def test_a_main_thread_declared_by_tool_names_ignores_threads_without_them(chat_format: Any) -> None:
+    search = {"type": "function", "function": {"name": "Agent", "parameters": {"type": "object", "properties": {}}}}
+    rec = SessionRecorder(chat_format, main_thread=MainThreadSpec(tool_names=frozenset({"Agent"})))
+    sub = [{"role": "system", "content": "subagent"}, {"role": "user", "content": "look"}]
+    for i in range(2):
+        _, msg = _turn(rec, chat_format, sub, f"sub {i}<|im_end|>")
+        sub += [msg, {"role": "user", "content": "more"}]
+    assert rec.main_thread() is None and rec.segments() == [] and rec.snapshot() == ([], [])
+    main = [{"role": "system", "content": "agent"}, {"role": "user", "content": "task"}]
+    assert rec.is_main(rec.resolve_thread(main, [*TOOLS, search]), main, [*TOOLS, search])
+    _turn(rec, chat_format, main, "on it<|im_end|>", tools=[*TOOLS, search])
+    (seg,) = rec.segments()
+    assert "on it" in chat_format.decode(seg.input_ids) and "sub 1" not in chat_format.decode(seg.input_ids)
+    (side,) = rec.side_threads()
+    assert side.opening == "subagent" and side.generations == 2 and side.has_tools
+
+
+def test_an_empty_main_thread_declaration_is_refused() -> None:
+    with pytest.raises(ValidationError, match="system_contains or tool_names"):
+        MainThreadSpec()
