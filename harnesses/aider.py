@@ -17,7 +17,7 @@ from typing import ClassVar
 from harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from harnesses.install import InstallSpec
 from lego.seams import PreparedRun, Sandbox
-from lego.types import Endpoint, HarnessLimits, HarnessResult, Task
+from lego.types import Endpoint, HarnessLimits, HarnessResult, MainThreadSpec, Task
 
 __all__ = ["AiderHarness"]
 
@@ -27,6 +27,9 @@ class AiderHarness(InstalledHarness):
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         kind="pip", package="aider-chat", version="0.86.2", executable="venv/bin/aider"
     )
+    main_thread: ClassVar[MainThreadSpec] = MainThreadSpec(system_contains="Act as an expert software developer.")
+    """aider's main request carries no tools, so any request with tools would outrank it by default;
+    the opening line of its edit-format system prompt names it (see :mod:`proxies.recorder`)."""
 
     def environment(self, endpoint: Endpoint, home: str) -> dict[str, str]:
         return {

@@ -4,7 +4,9 @@ turning how it ended into a :class:`~lego.types.HarnessResult`.
 An adapter implements :class:`lego.seams.Harness` (``name``, ``version()``, ``prepare``, ``run``)
 and ``ro_binds()``: the host paths whoever creates the sandbox must bind read-only for it. Adapters
 of installed harnesses also say ``min_memory_mb``: the sandbox's per-process address-space limit
-must be at least that (Bun-built CLIs reserve several GB of virtual memory at start).
+must be at least that (Bun-built CLIs reserve several GB of virtual memory at start). An adapter
+whose harness's main request the proxy's default rule cannot tell apart (no tools) declares it as
+``main_thread`` (a :class:`~lego.types.MainThreadSpec`), passed to the session when it is opened.
 It only writes environment variables and config files and launches the harness's own CLI or SDK
 entry point inside the sandbox; it never patches the harness. An adapter holds configuration only:
 ``prepare`` returns a :class:`~lego.seams.PreparedRun` (home, environment, files written) that

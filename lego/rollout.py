@@ -182,6 +182,7 @@ class RolloutRunner:
             training=opts.training,
             temperature=opts.temperature,
             max_turns=opts.max_turns,
+            main_thread=getattr(self.harness(harness_name), "main_thread", None),  # declared by the adapter, if any
         )
         return sid, token
 
@@ -347,8 +348,11 @@ def _drive(
     From the harness's launch on, the agent's commands can break anything in the sandbox, so every
     exception there is caught and attributed later (:func:`lego.verdict.attribute`)."""
     ro_binds = list(getattr(harness, "ro_binds", lambda: [])())
+    # Bun-built harnesses reserve GBs of address space at start and die at random under less
+    memory_mb = max(cfg.sandbox.memory_mb, int(getattr(harness, "min_memory_mb", 0)))
+    sandbox_cfg = cfg.sandbox.model_copy(update={"memory_mb": memory_mb})
     try:
-        sandbox = create_sandbox(cfg.sandbox, task, proxy_uds=proxy_uds, ro_binds=ro_binds)
+        sandbox = create_sandbox(sandbox_cfg, task, proxy_uds=proxy_uds, ro_binds=ro_binds)
     except LegoError as exc:
         return DriveOutcome.failed("sandbox", _describe(exc))
     try:

@@ -27,7 +27,8 @@ the default) when it shows an attempt to be paid for something other than the ag
 * ``hack/history_digging``, ``hack/fetch_upstream``: the agent went looking for the answer in git
   internals or upstream. A bug fix has no need of the reflog, ``cat-file``, ``.git/objects`` or a
   clone, so false positives are rare, and each one is kept, flagged and explained.
-* ``grade/tampering``: grading itself reported that the code under test interfered with the run.
+* ``grade/tampering``: grading itself reported that the code under test interfered with the run
+  (``GradeResult.tampered``: a canary reported passed, pytest's objects patched, ...).
 
 Two detections stay flags: ``test_tamper`` alone (the agent's diff touched test files or test
 infrastructure) does not zero, because those edits are dropped from the graded diff and cannot change
@@ -137,4 +138,6 @@ _ENDINGS: dict[str, str] = {
 def zeroing_reasons(guard_flags: Mapping[str, bool], grade: GradeResult | None) -> list[str]:
     """The detections on a rollout that zero its reward under ``guards.on_detect = "zero"`` (module doc)."""
     reasons = [f"hack/{name}" for name in ZEROING_SIGNATURES if guard_flags.get(f"hack/{name}")]
+    if grade is not None and grade.tampered:
+        reasons.append("grade/tampering")
     return reasons

@@ -1,0 +1,93 @@
+"""The attribution rule and the reward-zeroing rule, case by case (lego.verdict; pure functions).
+
+The end-to-end versions of the same cases, through a real sandbox, are in test_rollout_attribution.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lego.types import GradeResult
+from lego.verdict import attribute, zeroing_reasons
+
+
+def _attribute(**kw: Any) -> tuple[str, bool, str]:
+    args: dict[str, Any] = {
+        "stage": "done",
+        "error": "",
+        "label": "completed",
+        "exit_code": 0,
+        "responses": 3,
+        "engine_failures": 0,
+        "pristine_grades": None,
+    }
+    args.update(kw)
+    got = attribute(**args)
+    return got.cause, got.scored, got.detail
+
+
+@pytest.mark.parametrize(
+    ("case", "kw", "cause", "scored"),
+    [
+        ("ended normally", {}, "policy", True),
+        ("timed out", {"label": "timeout", "exit_code": None}, "policy", True),
+        ("ran out of turns", {"label": "max_turns"}, "policy", True),
+        ("no sandbox", {"stage": "sandbox", "label": "env_error", "responses": 0}, "infrastructure", False),
+        ("harness not set up", {"stage": "prepare", "label": "harness_error", "responses": 0}, "infrastructure", False),
+        (
+            "harness died before acting",
+            {"label": "harness_error", "exit_code": 1, "responses": 0},
+            "infrastructure",
+            False,
+        ),
+        ("harness killed after acting", {"label": "harness_error", "exit_code": 137}, "policy", False),
+        (
+            "sandbox broke under the harness",
+            {"stage": "harness", "label": "harness_error", "exit_code": None},
+            "policy",
+            False,
+        ),
+        (
+            "engine down, harness died",
+            {"label": "harness_error", "exit_code": 1, "engine_failures": 2},
+            "infrastructure",
+            False,
+        ),
+        (
+            "engine down, timed out",
+            {"label": "timeout", "exit_code": None, "engine_failures": 1},
+            "infrastructure",
+            False,
+        ),
+        ("engine hiccup, completed", {"engine_failures": 1}, "policy", True),
+        ("diff cannot be taken", {"stage": "diff", "error": "SandboxError: git diff failed"}, "policy", False),
+        ("diff before acting", {"stage": "diff", "responses": 0}, "infrastructure", False),
+        ("agent's diff breaks grading", {"stage": "grade", "pristine_grades": True}, "policy", False),
+        ("grading broken anyway", {"stage": "grade", "pristine_grades": False}, "infrastructure", False),
+    ],
+)
+def test_attribution(case: str, kw: dict[str, Any], cause: str, scored: bool) -> None:
+    got_cause, got_scored, detail = _attribute(**kw)
+    assert (got_cause, got_scored) == (cause, scored), f"{case}: {detail}"
+    assert detail and "\n" not in detail
+
+
+def test_the_reason_is_one_short_line() -> None:
+    _, _, detail = _attribute(stage="sandbox", error="line one\n" + "x" * 5000)
+    assert "\n" not in detail and len(detail) < 400
+
+
+def test_answer_seeking_zeroes_and_text_that_legit_fixes_contain_does_not() -> None:
+    flags = {"hack/history_digging": True, "hack/fetch_upstream": True, "hack_signature": True}
+    assert zeroing_reasons(flags, None) == ["hack/history_digging", "hack/fetch_upstream"]
+    assert zeroing_reasons({"hack/forge_test_output": True, "hack_signature": True}, None) == []
+    assert zeroing_reasons({"test_tamper": True}, None) == []  # excluded from the graded diff: no effect
+    assert zeroing_reasons({"history_strip": True, "egress_blocked": True}, None) == []
+
+
+def test_tampering_that_grading_reports_zeroes() -> None:
+    forged = GradeResult(reward=1.0, resolved=True, tampered=["pytest's runtest protocol was patched"])
+    assert zeroing_reasons({}, forged) == ["grade/tampering"]
+    assert zeroing_reasons({}, GradeResult(reward=1.0, resolved=True)) == []
