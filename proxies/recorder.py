@@ -54,8 +54,10 @@ harness whose main request has no tools is outranked by any later request with t
 agent's own included): such adapters should declare their main thread. (3) A request that opens
 exactly like the main thread (same system prompt and tools, or same system prompt and first user
 message) *is* the main thread by this definition: it continues it, as a new segment if it does not
-extend the history (how compaction looks), and its turns count against ``max_turns``. It adds
-segments; it cannot remove or alter the recorded ones.
+extend the history (how compaction looks), its turns count against ``max_turns``, and an exact
+repeat of the main thread's last request is a retry like any other (rule 5). Sealed segments stay.
+(4) At most ``MAX_SIDE_THREADS`` threads are kept; beyond that the side thread with the fewest
+generations is dropped (``side_threads_evicted`` counts them), never the main thread.
 
 The chat template must be prefix-stable: rendering ``messages[:j]`` is a textual prefix of rendering
 ``messages[:j+1]``. Where a template breaks that for some request, the recorder notices (the
@@ -97,13 +99,16 @@ class ChatTemplate(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
 
+def _system_content(messages: list[Message]) -> Any:
+    """The content of the leading system (or developer) message; None if the conversation has none."""
+    if messages and messages[0].get("role") in ("system", "developer"):
+        return messages[0].get("content")
+    return None
+
+
 def _system_text(messages: list[Message]) -> str:
-    for m in messages:
-        if m.get("role") in ("system", "developer"):
-            c = m.get("content")
-            return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
-        break
-    return ""
+    c = _system_content(messages)
+    return "" if c is None else c if isinstance(c, str) else json.dumps(c, sort_keys=True)
 
 
 def _first_user(messages: list[Message]) -> str:
@@ -116,14 +121,10 @@ def _first_user(messages: list[Message]) -> str:
 
 def _plain_system(messages: list[Message]) -> str:
     """The system prompt as text (content parts joined), for matching a declaration against it."""
-    for m in messages:
-        if m.get("role") in ("system", "developer"):
-            c = m.get("content")
-            if isinstance(c, list):
-                return "\n".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
-            return c if isinstance(c, str) else ""
-        break
-    return ""
+    c = _system_content(messages)
+    if isinstance(c, list):
+        return "\n".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
+    return c if isinstance(c, str) else ""
 
 
 def _tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
