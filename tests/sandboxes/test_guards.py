@@ -27,6 +27,12 @@ from sandboxes.guards import agent_texts, filter_diff, guard_flags, scan_hack_si
         "x.pth",
         ".git/config",
         "pkg/__pycache__/m.cpython-311.pyc",
+        ".pytest.ini",
+        "pytest.toml",
+        "pkg/.pytest.toml",
+        "evil-1.0.dist-info/entry_points.txt",
+        "x.egg-info/entry_points.txt",
+        "pkg/mycustomize.py",
     ],
 )
 def test_infra_paths(path: str) -> None:
@@ -70,6 +76,9 @@ Ic$@<O00001
 """
 
 
+TRACKED = {"calc/core.py": "100644", "calc/__init__.py": "100644", "src/old.py": "100644", "link.py": "120000"}
+
+
 def test_split_and_filter() -> None:
     assert [fp.paths for fp in split_diff(DIFF)] == [
         ("calc/core.py",),
@@ -78,14 +87,58 @@ def test_split_and_filter() -> None:
         ("src/old.py", "tests/moved.py"),
         ("blob.bin",),
     ]
-    kept, excluded = filter_diff(DIFF, protected=["calc/core.py"])
-    assert "blob.bin" in kept and "calc/core.py" not in kept and "conftest" not in kept
+    assert [fp.kind for fp in split_diff(DIFF)] == ["edit", "new", "delete", "rename", "new"]
+    kept, excluded = filter_diff(DIFF, TRACKED, protected=["calc/core.py"])
+    assert kept == ""
     assert excluded == [
+        "blob.bin (binary content)",
         "calc/core.py (hidden test file)",
         "conftest.py (test infrastructure)",
+        "src/old.py (test directory)",
         "tests/moved.py (test directory)",
         "tests/test_a.py (test directory)",
     ]
+    kept, excluded = filter_diff(DIFF, TRACKED)
+    assert kept.startswith("diff --git a/calc/core.py") and kept.count("diff --git") == 1
+
+
+def _new(path: str, mode: str = "100644") -> str:
+    return f"diff --git a/{path} b/{path}\nnew file mode {mode}\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+x = 1\n"
+
+
+@pytest.mark.parametrize(
+    ("section", "reason"),
+    [
+        (_new("helper.py"), "new file at the repo root"),
+        (_new("calc/data.json"), "new file that is not Python source"),
+        (_new("src/new.py"), "new file outside an existing package"),
+        (_new("calc/json.py"), "new module shadowing a standard-library or grader module"),
+        (_new("calc/pytest.py"), "new module shadowing a standard-library or grader module"),
+        (_new("calc/link.py", "120000"), "symlink"),
+        (_new("calc/sub.py", "160000"), "unsupported file mode 160000"),
+        ("diff --git a/calc/core.py b/calc/core.py\nold mode 100644\nnew mode 100755\n", "mode change"),
+        ("diff --git a/link.py b/link.py\n--- a/link.py\n+++ b/link.py\n@@ -1 +1 @@\n-a\n+b\n", "symlink"),
+        ("diff --git a/gone.py b/gone.py\n--- a/gone.py\n+++ b/gone.py\n@@ -1 +1 @@\n-a\n+b\n", "not a regular"),
+        ("diff --git a/src/old.py b/top.py\nsimilarity index 100%\nrename from src/old.py\nrename to top.py\n", "root"),
+    ],
+)
+def test_the_allow_list_refuses(section: str, reason: str) -> None:
+    kept, excluded = filter_diff(section, TRACKED)
+    assert kept == "" and len(excluded) >= 1 and all(reason in e for e in excluded), excluded
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        _new("calc/helper.py"),
+        _new("calc/tool.py", "100755"),
+        "diff --git a/calc/core.py b/calc/core.py\ndeleted file mode 100644\n--- a/calc/core.py\n+++ /dev/null\n"
+        "@@ -1 +0,0 @@\n-x\n",
+        "diff --git a/calc/core.py b/calc/util.py\nsimilarity index 100%\nrename from calc/core.py\nrename to calc/util.py\n",
+    ],
+)
+def test_the_allow_list_applies(section: str) -> None:
+    assert filter_diff(section, TRACKED) == (section, [])
 
 
 @pytest.mark.parametrize(
