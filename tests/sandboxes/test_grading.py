@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lego.errors import GradingError
 from lego.types import Task
-from sandboxes.grading import grade
+from sandboxes.grading import grade, verdict
 
 
 def test_gold_patch_resolves_and_base_does_not(calc_task: Task) -> None:
     gold = grade(calc_task, calc_task.patch)
     assert gold.reward == 1.0 and gold.resolved and set(gold.tests.values()) == {"passed"}
+    assert gold.tampered == [] and gold.excluded_files == []
     base = grade(calc_task, "")
     assert base.reward == 0.0 and not base.resolved
     assert base.tests == {
@@ -53,3 +56,84 @@ def test_broken_task_is_a_grading_error(calc_task: Task) -> None:
         grade(calc_task.model_copy(update={"FAIL_TO_PASS": [], "PASS_TO_PASS": []}), "")
     with pytest.raises(GradingError, match="test_patch does not apply"):
         grade(calc_task.model_copy(update={"test_patch": calc_task.patch.replace("a - b", "zzz")}), "")
+
+
+def test_a_diff_that_breaks_the_hidden_test_files_place_is_the_policys_zero(calc_task: Task) -> None:
+    """A file named like the hidden test directory used to make the test patch fail (an infrastructure
+    error, masked in training); the test patch now goes onto the pristine repo first."""
+    tests_as_file = "diff --git a/tests b/tests\nnew file mode 100644\n--- /dev/null\n+++ b/tests\n@@ -0,0 +1 @@\n+x\n"
+    result = grade(calc_task, calc_task.patch + tests_as_file)
+    assert result.reward == 1.0 and result.excluded_files == ["tests (new file that is not Python source)"]
+
+
+def test_collecting_other_tests_than_expected_is_reward_0(calc_task: Task) -> None:
+    hidden = calc_task.test_patch.replace("def test_add_zero", "def test_add_zero_renamed")
+    result = grade(calc_task.model_copy(update={"test_patch": hidden}), calc_task.patch)
+    assert result.reward == 0.0 and "collected tests differ from the expected set" in result.log
+    assert result.tests["tests/test_hidden.py::test_add_zero"] == "missing"
+
+
+HELLO, FINISH = '{"k": "hello"}', '{"k": "finish", "exitstatus": 0}'
+T = "t.py::test_a"
+
+
+def _stream(*whens: tuple[str, str], ids: tuple[str, ...] = (T,)) -> list[str]:
+    collected = json.dumps({"k": "collected", "ids": list(ids)})
+    reports = [json.dumps({"k": "report", "id": T, "when": w, "outcome": o}) for w, o in whens]
+    return [HELLO, collected, *reports, FINISH]
+
+
+OK = (("setup", "passed"), ("call", "passed"), ("teardown", "passed"))
+
+
+def test_verdict_accepts_pytests_protocol() -> None:
+    v = verdict(_stream(*OK), [T], {}, 0)
+    assert v.tests == {T: "passed"} and v.tampered == [] and v.failures == []
+
+
+@pytest.mark.parametrize(
+    ("records", "problem"),
+    [
+        (_stream(("call", "passed"), ("teardown", "passed")), "tampered"),
+        (_stream(("setup", "passed"), ("teardown", "passed")), "tampered"),
+        (_stream(*OK, ("call", "passed")), "tampered"),
+        ([*_stream(*OK), FINISH], "tampered"),
+        ([*_stream(*OK)[:-1], "not json"], "tampered"),
+        (_stream(*OK)[:-1], "failures"),
+        (_stream(*OK, ids=("t.py::test_b", T)), "tampered"),
+        (_stream(*OK)[1:], "failures"),
+        ([HELLO, '{"k": "audit", "event": "sys.addaudithook", "certain": true}', *_stream(*OK)[1:]], "tampered"),
+    ],
+    ids=[
+        "no-setup",
+        "no-call",
+        "call-after-teardown",
+        "second-finish",
+        "garbage",
+        "no-finish",
+        "order",
+        "no-hello",
+        "audit",
+    ],
+)
+def test_verdict_fails_closed(records: list[str], problem: str) -> None:
+    v = verdict(records, [T], {}, 0)
+    assert getattr(v, problem), (v.tampered, v.failures)
+    assert v.tampered or v.failures
+
+
+def test_verdict_catches_a_canary_reported_passed_or_failing_without_its_token() -> None:
+    canary = "t.py::test_a_1f2e3d"
+    ids = (T, canary)
+
+    def run(outcome: str, msg: str) -> list[str]:
+        recs = [HELLO, json.dumps({"k": "collected", "ids": list(ids)})]
+        for test, out in ((T, "passed"), (canary, outcome)):
+            recs += [json.dumps({"k": "report", "id": test, "when": "setup", "outcome": "passed"})]
+            recs += [json.dumps({"k": "report", "id": test, "when": "call", "outcome": out, "msg": msg})]
+            recs += [json.dumps({"k": "report", "id": test, "when": "teardown", "outcome": "passed"})]
+        return [*recs, '{"k": "finish", "exitstatus": 1}']
+
+    assert verdict(run("failed", "AssertionError: tok123"), [T], {canary: "tok123"}, 1).tampered == []
+    assert "reported passed" in verdict(run("passed", ""), [T], {canary: "tok123"}, 1).tampered[0]
+    assert "without its token" in verdict(run("failed", "forged"), [T], {canary: "tok123"}, 1).tampered[0]

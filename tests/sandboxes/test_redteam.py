@@ -88,7 +88,7 @@ def test_sitecustomize_and_pth_hooks(sb: LocalSandbox, calc_task: Task) -> None:
     result, flags, outputs = play(sb, calc_task, script)
     assert "Read-only file system" in outputs[2]  # the interpreter's site-packages cannot be written
     assert result.reward == 0.0 and flags["test_tamper"]
-    assert {"sitecustomize.py (test infrastructure)", "calc/hook.pth (import hook (.pth))"} <= set(
+    assert {"sitecustomize.py (interpreter startup hook)", "calc/hook.pth (configuration read at startup)"} <= set(
         result.excluded_files
     )
 
@@ -192,7 +192,7 @@ def test_forking_past_the_process_limit(calc_task: Task) -> None:
         assert bomb.timed_out or "fork" in bomb.stderr, bomb  # bash retries failed forks until killed
         assert "Resource temporarily unavailable" in bomb.stderr or bomb.timed_out
         assert len(inside) <= cfg.max_processes
-        box._kill_agent_processes()
+        box.kill_agent_processes()
         result = grade(calc_task, box.diff())
     assert result.reward == 0.0
 
