@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import IO
 
 from lego.errors import SandboxError, TaskError
 from lego.paths import cache_dir
@@ -232,27 +231,27 @@ OUTPUT_CAP = 16 * 1024 * 1024
 
 
 class OutputCollector:
-    """Reads a process's stdout and stderr (feeding its stdin from a thread) with a deadline and a
-    size cap, so neither a silent hang nor an output flood can block or exhaust the caller."""
+    """Reads a command's stdout and stderr pipes (feeding its stdin from a thread) with a deadline
+    and a size cap, so neither a silent hang nor an output flood can block or exhaust the caller.
+    Takes ownership of the descriptors: :meth:`result` closes them."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, cap: int = OUTPUT_CAP) -> None:
+    def __init__(
+        self, out_fd: int, err_fd: int, stdin_fd: int | None, stdin: bytes | None, cap: int = OUTPUT_CAP
+    ) -> None:
         self.cap = cap
         self.overflow = False
-        assert proc.stdout is not None and proc.stderr is not None
-        self.bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-        self._out, self._err = proc.stdout.fileno(), proc.stderr.fileno()
+        self._out, self._err = out_fd, err_fd
+        self.bufs: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
         self._sel = selectors.DefaultSelector()
         for fd in self.bufs:
             self._sel.register(fd, selectors.EVENT_READ)
-        if stdin is not None and proc.stdin is not None:
-            threading.Thread(target=self._feed, args=(proc.stdin, stdin), daemon=True).start()
+        if stdin_fd is not None:
+            threading.Thread(target=self._feed, args=(stdin_fd, stdin or b""), daemon=True).start()
 
     @staticmethod
-    def _feed(pipe: IO[bytes], data: bytes) -> None:
-        with contextlib.suppress(BrokenPipeError, OSError):
+    def _feed(fd: int, data: bytes) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError), os.fdopen(fd, "wb") as pipe:
             pipe.write(data)
-        with contextlib.suppress(BrokenPipeError, OSError):
-            pipe.close()
 
     def run(self, timeout: float) -> bool:
         """Read until both streams hit EOF (True), the timeout passes or the cap is exceeded (False)."""
@@ -274,4 +273,7 @@ class OutputCollector:
 
     def result(self) -> tuple[bytes, bytes]:
         self._sel.close()
+        for fd in (self._out, self._err):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         return bytes(self.bufs[self._out]), bytes(self.bufs[self._err])

@@ -1,71 +1,96 @@
 """The ``local`` sandbox backend: a fresh working copy per rollout, commands run under bubblewrap.
 
-How it works. ``LocalSandbox`` copies the task's pristine, history-stripped template (see
-:mod:`sandboxes.base`) to a private directory and starts one long-lived bubblewrap *init* process
-that owns the sandbox's namespaces (user, pid, mount, net, ipc, uts, cgroup). Every :meth:`exec`
-joins that init with ``nsenter --preserve-credentials`` (user namespace first, then the others, then
-its root directory), so all commands share one filesystem view, one loopback and one process table,
-and a background server started by one command is reachable from the next. Joining a user namespace
-one owns needs no privilege, so this also works for an unprivileged host user. When a proxy socket
-is given, the init process *is* ``socat TCP-LISTEN:<port>,bind=127.0.0.1,fork UNIX-CONNECT:<sock>``:
-the harness reaches ``http://127.0.0.1:<port>`` inside, the bytes leave through the bind-mounted
-Unix socket, and nothing else can (the network namespace has only ``lo``).
+How it works. ``LocalSandbox`` starts bubblewrap with a small process server
+(:mod:`sandboxes.spawner`) as the sandbox's pid 1, inside a private mount namespace prepared by
+:mod:`sandboxes.privilege`: one size-capped tmpfs holds /repo, /tmp, /var/tmp, /run, HOME and
+/dev/shm, and the task's pristine, history-stripped template (:mod:`sandboxes.base`) is copied into
+it. Every :meth:`exec` asks the server, over a socket inherited from bubblewrap, to fork the command
+with lego's pipes as its stdio; all commands share one filesystem view, loopback and process table,
+so a background server started by one command is reachable from the next. When a proxy socket is
+given, ``socat TCP-LISTEN:<port>,bind=127.0.0.1,fork UNIX-CONNECT:<sock>`` runs on the host, joined
+to the sandbox's network namespace only: the harness reaches ``http://127.0.0.1:<port>`` inside,
+the bytes leave through the proxy's socket, and nothing else can (the namespace has only ``lo``).
 
-Isolated:
-  * network: a private network namespace; the only way out is the proxy's Unix socket.
-  * filesystem (the full map is in :mod:`sandboxes.layout`): /usr, /bin, /lib*, /sbin and /etc read-only (with /etc/shadow, gshadow, sudoers,
-    ssh keys and ssl/private masked, passwd/group/hosts replaced); the repo writable at /repo;
-    private empty tmpfs /tmp, /var/tmp, /run and HOME=/home/agent. The host's home, /work, /opt,
-    /mnt, the project's run directories and every other path are absent, except the read-only
-    binds of the Python runtime (:mod:`sandboxes.runtime`) and the caller's ``ro_binds``, each at
-    its own path.
-  * identity: uid/gid 1000 ("agent") in a user namespace, every capability dropped and
-    no_new_privs set on every command, so the read-only binds cannot be remounted and setuid
-    binaries grant nothing.
-  * processes: a private pid namespace (host processes are invisible; closing the sandbox kills
-    everything in it); RLIMIT_CPU, RLIMIT_AS and RLIMIT_CORE=0 on every process; a pids cgroup
-    capping the sandbox's process count where the host lets lego create one (cgroup v1/v2 pids
-    controller), else RLIMIT_NPROC (which the kernel does not enforce for host root, hence the
-    cgroup); a wall-time limit per exec after which its process group and every descendant die.
+Threat model: the agent is adversarial and runs arbitrary code as the sandbox user.
+
+Isolated (each property has a test in tests/sandboxes/test_privilege.py):
+  * host identity: when lego runs as root, bubblewrap and everything inside run as an unprivileged
+    host uid of their own (:mod:`sandboxes.privilege` says which and why), mapped to uid 1000
+    ("agent") inside; as an ordinary user, as that user. The agent never holds host root.
+  * privileges: every command is a child of a server bubblewrap started with ``--cap-drop ALL``,
+    so its bounding, effective, permitted, inheritable and ambient capability sets are empty, and
+    no_new_privs is set; nested user namespaces are disabled (``--disable-userns``), so no command
+    can regain capabilities in a namespace of its own.
+  * kernel settings: /proc is read-only (so /proc/sys and /proc/sysrq-trigger), and what container
+    runtimes mask is masked (kcore, keys, timer_list, sched_debug, acpi, scsi, fs, ...); /sys is
+    not mounted.
+  * network: a private network namespace; the only way out is the proxy bridge, which lives
+    outside the sandbox's pid namespace, so ``kill -9 -1`` inside cannot stop or replace it.
+  * filesystem (the full map is in :mod:`sandboxes.layout`): system directories and /etc
+    read-only, secrets in /etc masked, passwd/group/hosts replaced, / and /dev read-only; the
+    host's home, /work, /opt, /mnt and lego's own directories absent. /proc/self/mountinfo shows no
+    path of lego's (sandbox directory, template .git, proxy socket); the read-only tool binds (the
+    Python runtime, harness installs) stay visible at their host paths, because their scripts and
+    shebangs name those paths.
+  * disk: /repo, /tmp, /var/tmp, /run, HOME and /dev/shm share one tmpfs of ``disk_mb``; a write
+    past it fails with ENOSPC inside, and no byte of it reaches the host disk.
+  * memory: a memory cgroup of ``memory_budget_mb`` holds the sandbox's processes and the tmpfs
+    pages they write, where the host offers one (:mod:`sandboxes.cgroup`; ``lego doctor`` says);
+    RLIMIT_AS (``memory_mb``) per process everywhere.
+  * processes: a private pid namespace; a pids cgroup (``max_processes``) where the host offers
+    one, and RLIMIT_NPROC of the sandbox's own host uid; RLIMIT_CPU and RLIMIT_CORE=0 per process;
+    a wall-time limit per exec after which its process group and every descendant die;
+    :meth:`kill_agent_processes` kills every process in the namespace at once (daemons included),
+    and the server (pid 1, non-dumpable) cannot be signalled or traced from inside.
+  * diffs: :meth:`diff` runs git from outside, with lego's authority, against the pristine
+    ``.git``: nothing the agent does to its files (modes, symlinks, a ``.git`` of its own, FIFOs,
+    huge files) stops it, and git follows no symlink.
 
 Not isolated:
   * the kernel (a kernel exploit escapes; use the docker backend on a VM for hostile code);
-  * CPU time and memory across processes (limits are per process; no cgroup CPU/memory quota);
-  * disk space in /repo (bounded only by the host filesystem); each tmpfs (/tmp, /var/tmp, /run,
-    HOME) is capped at ``memory_mb``, but together they can hold several times that;
+  * CPU time across processes (per-process RLIMIT_CPU only; no CPU quota);
+  * memory across processes where the host has no memory cgroup for lego (an unprivileged user
+    without a delegated cgroup): then only RLIMIT_AS per process and the tmpfs cap bound it;
+  * the read-only tool binds and the host's system directories are readable;
+  * with ``unsafe_no_isolation`` nothing above holds: commands run on the host, in a plain copy;
   * the bwrap init must be created from a thread that outlives the sandbox: ``--die-with-parent``
     ties the sandbox's life to the creating thread.
 
 Where bubblewrap is missing, creating a sandbox raises :class:`SandboxError` naming the fix, unless
-``SandboxConfig.unsafe_no_isolation`` is set: then commands run directly on the host, in the copy.
+``SandboxConfig.unsafe_no_isolation`` is set.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import json
 import os
 import resource
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import sandboxes.spawner
 from lego.config import SandboxConfig
 from lego.errors import SandboxError, TaskError
 from lego.types import ExecResult, Task
-from sandboxes.base import OutputCollector, descendants, kill_tree, pristine_template, sandbox_id, template_info
-from sandboxes.cgroup import PidCgroup
-from sandboxes.layout import AGENT_HOME, AGENT_UID, BASE_GIT, PROXY_SOCK, REPO_DIR, bwrap_args, bwrap_available
+from sandboxes.base import OutputCollector, kill_tree, pristine_template, sandbox_id, template_info
+from sandboxes.cgroup import SandboxCgroup
+from sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR, bwrap_args, bwrap_available, etc_files
+from sandboxes.privilege import HostIdentity, enter_private_ns
 from sandboxes.runtime import python_runtime
 
 __all__ = [
     "AGENT_HOME",
     "AGENT_UID",
     "DEFAULT_PROXY_PORT",
+    "DIFF_FILE_CAP",
     "REPO_DIR",
     "LocalSandbox",
     "bwrap_available",
@@ -73,7 +98,13 @@ __all__ = [
 ]
 
 DEFAULT_PROXY_PORT = 18080
+DIFF_FILE_CAP = 8 * 1024 * 1024
+"""Files larger than this, and files that are neither regular files nor symlinks (FIFOs, sockets,
+devices), are left out of :meth:`LocalSandbox.diff`: no fix needs one, and reading one could make
+the diff hang or balloon."""
+_DIFF_OUTPUT_CAP = 64 * 1024 * 1024
 _READY_TIMEOUT_S = 10.0
+_SPAWNER = Path(sandboxes.spawner.__file__).read_bytes()
 
 
 def _workdir(cfg: SandboxConfig) -> Path:
@@ -82,8 +113,49 @@ def _workdir(cfg: SandboxConfig) -> Path:
     return base
 
 
+def _mount_points(sandbox: str) -> Path:
+    """Where a sandbox's private mounts are attached in its mount namespace: an empty directory
+    the sandbox uid can reach (``SandboxConfig.workdir`` may sit below a directory it cannot)."""
+    base = Path(tempfile.gettempdir()) / "lego-mnt"
+    base.mkdir(mode=0o755, exist_ok=True)
+    d = base / sandbox
+    d.mkdir(mode=0o755)
+    return d
+
+
+def _copy_owned(src: Path, dst: Path, uid: int, gid: int) -> None:
+    """Copy the tree ``src`` into the existing directory ``dst``, every entry owned by uid:gid."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        target = dst / rel
+        for name in [*dirnames, *filenames]:
+            s, t = Path(dirpath) / name, target / name
+            if s.is_symlink():
+                os.symlink(os.readlink(s), t)
+            elif s.is_dir():
+                t.mkdir()
+                shutil.copystat(s, t)
+            else:
+                shutil.copy2(s, t)
+            os.lchown(t, uid, gid)
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
+
+
+def _recv_json(sock: socket.socket, timeout: float) -> dict[str, object] | None:
+    """One reply of the process server; None when ``timeout`` passes first."""
+    sock.settimeout(max(timeout, 0.001))
+    try:
+        data = sock.recv(65536)
+    except TimeoutError:
+        return None
+    if not data:
+        raise SandboxError("the sandbox's process server is gone (the sandbox was closed or its init died)")
+    reply: dict[str, object] = json.loads(data)
+    return reply
+
+
 class LocalSandbox:
-    """One task's working copy plus the bubblewrap init holding its namespaces (see module doc)."""
+    """One task's working copy plus the bubblewrap sandbox around it (see module doc)."""
 
     def __init__(
         self,
@@ -93,7 +165,6 @@ class LocalSandbox:
         proxy_uds: Path | None = None,
         ro_binds: Sequence[Path] = (),
         proxy_port: int = DEFAULT_PROXY_PORT,
-        extra_binds: Mapping[Path, str] | None = None,
     ) -> None:
         if not task.repo_path:
             raise TaskError(f"task {task.instance_id} has no repo_path; the local backend needs a local repo")
@@ -110,67 +181,122 @@ class LocalSandbox:
         self.host_dir = _workdir(cfg) / f"sbx-{self.id}"
         self.host_dir.mkdir(parents=True)
         self._init: subprocess.Popen[bytes] | None = None
+        self._bridge: subprocess.Popen[bytes] | None = None
+        self._ctrl: socket.socket | None = None
         self._ns_pid = 0
-        self._cgroup: PidCgroup | None = None
+        self._mnt: Path | None = None
         self._closed = False
+        self.identity = HostIdentity.allocate() if self.isolated else HostIdentity(os.getuid(), os.getgid(), False)
+        self._cgroup = SandboxCgroup.create(f"lego-{self.id}", cfg.max_processes, cfg.memory_budget_mb << 20)
         try:
             self.template = pristine_template(task.repo_path)
-            self.root = self.host_dir / "repo"
-            shutil.copytree(self.template, self.root, symlinks=True)
             self.base_commit, self.history_strip = template_info(self.template)
             self.runtime = python_runtime()
-            self.repo_dir = REPO_DIR if self.isolated else str(self.root)
             self.proxy_port: int | None = None
             if self.isolated:
-                self._start_bwrap(proxy_uds, proxy_port, list(ro_binds), dict(extra_binds or {}))
-            elif proxy_uds is not None:
-                self._start_host_forwarder(proxy_uds)
+                outer = self._start_bwrap([*self.runtime.binds, *ro_binds])
+                self.root = Path(f"/proc/{outer}/root{self._mnt}/fs/repo")
+                self.repo_dir = REPO_DIR
+            else:
+                self.root = self.host_dir / "repo"
+                self.repo_dir = str(self.root)
+                self.root.mkdir()
+                self._start_spawner([str(self.runtime.python)], cwd=self.root)
+            _copy_owned(self.template, self.root, self.identity.uid, self.identity.gid)
+            if proxy_uds is not None:
+                self._start_bridge(Path(proxy_uds), proxy_port if self.isolated else 0)
         except BaseException:
             self.close()
             raise
 
     # ------------------------------------------------------------------ start-up
-    def _start_bwrap(self, proxy_uds: Path | None, port: int, ro_binds: list[Path], extra: dict[Path, str]) -> None:
-        if proxy_uds is not None and not Path(proxy_uds).exists():
-            raise SandboxError(f"proxy socket {proxy_uds} does not exist; start the proxy with a uds first")
-        args = bwrap_args(
-            self.host_dir / "etc",
-            repo=self.root,
-            base_git=self.template / ".git",
-            ro_binds=[*self.runtime.binds, *ro_binds],
-            rw_binds=extra,
-            proxy_uds=proxy_uds,
-            tmpfs_bytes=self.cfg.memory_mb * 1024 * 1024,
-        )
-        if proxy_uds is not None:
-            init = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{PROXY_SOCK}"]
-        else:
-            init = ["sleep", "infinity"]
-        self._cgroup = PidCgroup.create(f"lego-{self.id}", self.cfg.max_processes)
+    def _start_bwrap(self, ro_binds: list[Path]) -> int:
+        """Start bubblewrap with the process server as its pid 1; returns bwrap's own host pid."""
+        self._mnt = _mount_points(self.id)
+        fs = self._mnt / "fs"
+        fs.mkdir()
+        stage: list[tuple[Path, Path]] = []
+        for i, p in enumerate(Path(b) for b in ro_binds):
+            if not p.exists():
+                raise SandboxError(f"read-only bind {p} does not exist on the host; install it first")
+            point = self._mnt / "stage" / str(i)
+            point.parent.mkdir(exist_ok=True)
+            point.mkdir() if p.is_dir() else point.touch()
+            stage.append((p, point))
+        data_fds = {}
+        for inside, content in etc_files().items():
+            r, w = os.pipe()
+            os.write(w, content)  # a few hundred bytes: fits in the pipe
+            os.close(w)
+            data_fds[inside] = r
+        args = bwrap_args(fs, ro_binds=[(point, str(src)) for src, point in stage], data_fds=data_fds)
+        fs_bytes = self.cfg.disk_mb << 20
+
+        def child() -> None:
+            self._limits()
+            enter_private_ns(self.identity, fs, fs_bytes, stage)
+
         # Arguments go through --args (a pipe), so /proc/1/cmdline inside shows no host paths.
         args_r, args_w = os.pipe()
         info_r, info_w = os.pipe()
-        argv = ["bwrap", "--args", str(args_r), "--info-fd", str(info_w), "--", *init]
         try:
-            self._init = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                pass_fds=(args_r, info_w),
-                preexec_fn=self._limits,
+            self._start_spawner(
+                ["bwrap", "--args", str(args_r), "--info-fd", str(info_w), "--", str(self.runtime.python)],
+                extra_fds=(args_r, info_w, *data_fds.values()),
+                preexec=child,
             )
         finally:
-            os.close(args_r)
-            os.close(info_w)
+            for fd in (args_r, info_w, *data_fds.values()):
+                os.close(fd)
         with os.fdopen(args_w, "wb") as f:
             f.write(b"".join(x.encode() + b"\0" for x in args))
         self._ns_pid = self._read_child_pid(info_r)
+        assert self._init is not None
         (self.host_dir / "init.pid").write_text(str(self._init.pid))
-        self._wait_init(init[0])
-        if proxy_uds is not None:
-            self._wait_listening(port)
-            self.proxy_port = port
+        self._wait_ready()
+        return self._init.pid
+
+    def _start_spawner(
+        self,
+        prefix: list[str],
+        *,
+        cwd: Path | None = None,
+        extra_fds: Sequence[int] = (),
+        preexec: Callable[[], None] | None = None,
+    ) -> None:
+        """Start the process server (:mod:`sandboxes.spawner`) as ``prefix + [python]``'s program."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._ctrl = mine
+        # The source arrives on stdin (a pipe buffer holds it), so /proc/1/cmdline stays short.
+        src_r, src_w = os.pipe()
+        os.write(src_w, _SPAWNER)
+        os.close(src_w)
+        argv = [*prefix, "-I", "-S", "-", str(theirs.fileno())]
+        try:
+            self._init = subprocess.Popen(
+                argv,
+                stdin=src_r,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(), *extra_fds),
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=preexec or self._limits,
+            )
+        finally:
+            theirs.close()
+            os.close(src_r)
+        if not self.isolated:
+            self._ns_pid = self._init.pid
+            self._wait_ready()
+
+    def _init_error(self) -> str:
+        if self._init is None or self._init.stderr is None:
+            return ""
+        if self._init.poll() is None:
+            kill_tree(self._init)
+            self._init.wait()
+        return self._init.stderr.read().decode(errors="replace").strip()
 
     def _read_child_pid(self, fd: int) -> int:
         buf = b""
@@ -183,68 +309,71 @@ class LocalSandbox:
                 buf += chunk
                 with contextlib.suppress(json.JSONDecodeError):
                     return int(json.loads(buf)["child-pid"])
-        err = self._init.stderr.read().decode(errors="replace") if self._init and self._init.stderr else ""
-        raise SandboxError(f"bubblewrap did not start: {err.strip() or 'no output'}; check `bwrap --version` works")
+        raise SandboxError(
+            f"bubblewrap did not start: {self._init_error() or 'no output'}; check `bwrap --version` works "
+            "and `lego doctor` for unprivileged user namespaces"
+        )
 
-    def _wait_init(self, comm: str) -> None:
-        """Wait until bwrap has built the filesystem and exec'd the init command (``comm``):
-        the info-fd reports the pid before the mounts exist, and an exec before then finds no /bin."""
-        deadline = time.monotonic() + _READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                for kid in Path(f"/proc/{self._ns_pid}/task/{self._ns_pid}/children").read_text().split():
-                    if Path(f"/proc/{kid}/comm").read_text().strip() == comm:
-                        return
-            if self._init is not None and self._init.poll() is not None:
-                break
-            time.sleep(0.001)
-        err = self._init.stderr.read().decode(errors="replace") if self._init and self._init.stderr else ""
-        raise SandboxError(f"the sandbox init ({comm}) did not start: {err.strip() or 'timed out'}")
+    def _wait_ready(self) -> None:
+        """The server says ready once bubblewrap has built the filesystem and exec'd it."""
+        assert self._ctrl is not None
+        try:
+            ready = _recv_json(self._ctrl, _READY_TIMEOUT_S)
+        except SandboxError:
+            ready = None
+        if not ready:
+            raise SandboxError(f"the sandbox's process server did not start: {self._init_error() or 'timed out'}")
 
-    def _wait_listening(self, port: int) -> None:
+    def _start_bridge(self, proxy_uds: Path, port: int) -> None:
+        """socat from 127.0.0.1:<port> to the proxy's socket, in the sandbox's network namespace but
+        outside its pid namespace (and mount namespace): the agent can neither see nor kill it,
+        and it reaches the socket at its host path, which the sandbox never sees."""
+        if not proxy_uds.exists():
+            raise SandboxError(f"proxy socket {proxy_uds} does not exist; start the proxy with a uds first")
+        if not self.isolated:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        socat = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy_uds}"]
+        if not self.isolated:
+            argv = socat
+        elif self.identity.privileged:
+            # Root with an empty bounding set execs socat with no capabilities at all.
+            ns = ["nsenter", f"--net=/proc/{self._ns_pid}/ns/net", "--"]
+            argv = [*ns, "setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", *socat]
+        else:
+            # Joining a network namespace needs CAP_SYS_ADMIN over its user namespace: lego has it in
+            # the one it created for bubblewrap (see sandboxes.privilege).
+            assert self._init is not None
+            own = [f"--user=/proc/{self._init.pid}/ns/user", "--preserve-credentials"]
+            argv = ["nsenter", *own, f"--net=/proc/{self._ns_pid}/ns/net", "--", *socat]
+        self._bridge = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
         needle = f"0100007F:{port:04X}"
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
-                lines = Path(f"/proc/{self._ns_pid}/net/tcp").read_text().splitlines()[1:]
+                lines = Path(f"/proc/{self._bridge.pid}/net/tcp").read_text().splitlines()[1:]
             except OSError:
                 lines = []
             if any(ln.split()[1] == needle and ln.split()[3] == "0A" for ln in lines):
-                return
-            if self._init is not None and self._init.poll() is not None:
-                break
-            time.sleep(0.002)
-        raise SandboxError(f"the proxy forwarder (socat) did not listen on 127.0.0.1:{port} inside the sandbox")
-
-    def _start_host_forwarder(self, proxy_uds: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self._init = subprocess.Popen(
-            ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy_uds}"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + _READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            with socket.socket() as s, contextlib.suppress(OSError):
-                s.connect(("127.0.0.1", port))
                 self.proxy_port = port
                 return
-            time.sleep(0.005)
-        raise SandboxError(f"socat did not listen on 127.0.0.1:{port}")
+            if self._bridge.poll() is not None:
+                break
+            time.sleep(0.002)
+        err = self._bridge.stderr.read().decode(errors="replace") if self._bridge.poll() is not None else ""  # type: ignore[union-attr]
+        raise SandboxError(f"the proxy bridge (socat) did not listen on 127.0.0.1:{port}: {err.strip() or 'timed out'}")
 
     def _limits(self) -> None:
-        """Runs in the child between fork and exec: per-process limits and the pids cgroup."""
+        """Runs in the child between fork and exec: per-process limits and the cgroups."""
         cpu, mem = self.cfg.cpu_seconds, self.cfg.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NPROC, (self.cfg.max_processes, self.cfg.max_processes))
-        if self._cgroup is not None:
-            self._cgroup.join_self()
+        self._cgroup.join_self()
 
     # ------------------------------------------------------------------ the Sandbox protocol
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -266,17 +395,20 @@ class LocalSandbox:
             base["LEGO_PROXY_URL"] = f"http://127.0.0.1:{self.proxy_port}"
         return {**base, **(extra or {})}
 
-    def _argv(self, cmd: str | Sequence[str], cwd: str | None) -> list[str]:
-        inner = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        wd = cwd or self.repo_dir
-        if not wd.startswith("/"):
-            wd = f"{self.repo_dir}/{wd}"
-        inner = ["/bin/sh", "-c", 'cd "$1" || exit 126; shift; exec "$@"', "sh", wd, *inner]
-        if not self.isolated:
-            return inner
-        ns = ["nsenter", "-t", str(self._ns_pid), "-U", "-m", "-n", "-i", "-u", "-p", "-C", "-r"]
-        # nsenter'd processes do not inherit bwrap's no_new_privs: set it again for each command.
-        return [*ns, "--preserve-credentials", "--", "setpriv", "--no-new-privs", *inner]
+    def _request(self, op: bytes, fds: Sequence[int]) -> socket.socket:
+        """Send ``op`` with ``fds`` to the process server; returns the request's reply socket."""
+        if self._closed or self._ctrl is None:
+            raise SandboxError(f"sandbox {self.id} is closed; create a new one")
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            rights = array.array("i", [theirs.fileno(), *fds])
+            self._ctrl.sendmsg([op], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+        except OSError as exc:
+            mine.close()
+            raise SandboxError(f"sandbox {self.id} lost its process server ({exc}); create a new sandbox") from exc
+        finally:
+            theirs.close()
+        return mine
 
     def run_bytes(
         self,
@@ -288,43 +420,52 @@ class LocalSandbox:
         stdin: bytes | None = None,
     ) -> tuple[int, bytes, bytes, bool, float]:
         """:meth:`exec` with bytes in and out: (exit_code, stdout, stderr, timed_out, wall_s)."""
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed; create a new one")
         limit = timeout if timeout is not None else self.cfg.command_timeout_s
+        wd = cwd or self.repo_dir
+        if not wd.startswith("/"):
+            wd = f"{self.repo_dir}/{wd}"
+        argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         t0 = time.monotonic()
+        req = os.memfd_create("lego-exec", os.MFD_CLOEXEC)
+        os.write(req, json.dumps({"argv": argv, "env": self.env(env), "cwd": wd}).encode())
+        in_r, in_w = os.pipe() if stdin is not None else (os.open(os.devnull, os.O_RDONLY), None)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         try:
-            proc = subprocess.Popen(
-                self._argv(cmd, cwd),
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=self.env(env),
-                cwd=str(self.root) if not self.isolated else "/",
-                start_new_session=True,
-                preexec_fn=self._limits,
-            )
-        except OSError as exc:
-            raise SandboxError(f"cannot start a command in sandbox {self.id}: {exc}") from exc
-        reader = OutputCollector(proc, stdin)
-        finished = reader.run(limit)
-        if finished:  # both pipes closed; the process may still run (it closed them itself)
-            try:
-                proc.wait(timeout=max(0.0, t0 + limit - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                finished = False
-        timed_out = not finished and not reader.overflow
-        if not finished:
-            kill_tree(proc)
-            if not reader.run(5):
-                # A detached process still holds the pipes: kill everything the agent runs.
-                self._kill_agent_processes()
-                reader.run(5)
-        out, err = reader.result()
-        proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        code = 124 if timed_out else proc.returncode
+            reply = self._request(b"exec", [req, in_r, out_w, err_w])
+        except SandboxError:
+            for fd in (out_r, err_r, in_w):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in (req, in_r, out_w, err_w):
+                os.close(fd)
+        with reply:
+            started = _recv_json(reply, _READY_TIMEOUT_S)
+            if not started or "pid" not in started:
+                for fd in (out_r, err_r, in_w):
+                    if fd is not None:
+                        os.close(fd)
+                why = (started or {}).get("error", "no answer from the process server")
+                raise SandboxError(f"cannot start a command in sandbox {self.id}: {why}")
+            reader = OutputCollector(out_r, err_r, in_w, stdin)
+            finished = reader.run(limit)
+            done = _recv_json(reply, t0 + limit - time.monotonic()) if finished else None
+            finished = done is not None
+            timed_out = not finished and not reader.overflow
+            if not finished:
+                with contextlib.suppress(OSError):
+                    reply.send(b"kill")
+                if not reader.run(5):
+                    # A detached process still holds the pipes: kill everything the agent runs.
+                    self.kill_agent_processes()
+                    reader.run(5)
+                done = _recv_json(reply, 30)
+            out, err = reader.result()
+        if done is None:
+            raise SandboxError(f"sandbox {self.id}: a killed command was not reaped within 30 s")
+        code = 124 if timed_out else int(done["status"])  # type: ignore[call-overload]
         if reader.overflow:
             err += f"\n[lego: output exceeded {reader.cap} bytes on one stream; the command was killed]".encode()
         return code, out, err, timed_out, time.monotonic() - t0
@@ -359,55 +500,131 @@ class LocalSandbox:
         if code != 0:
             raise SandboxError(f"cannot write {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
 
+    def _left_out(self) -> list[str]:
+        """Repo paths :meth:`diff` leaves out (see :data:`DIFF_FILE_CAP`), found without following
+        any symlink."""
+        out = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            rel = os.path.relpath(dirpath, self.root)
+            if rel == ".":
+                dirnames[:] = [d for d in dirnames if d != ".git"]
+            for name in [*filenames, *dirnames]:
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                odd = not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode))
+                if odd or (stat.S_ISREG(st.st_mode) and st.st_size > DIFF_FILE_CAP):
+                    out.append(os.path.normpath(os.path.join(rel, name)))
+        return out
+
     def diff(self) -> str:
-        """The agent's changes against the pristine commit, computed inside the sandbox against a
-        read-only copy of the pristine ``.git`` (the agent's own ``.git`` is never consulted)."""
-        gitdir = BASE_GIT if self.isolated else str(self.template / ".git")
+        """The agent's changes against the pristine commit, untracked files included, taken from
+        outside the sandbox with lego's authority: git runs on the host (as root, or as the owner
+        of the sandbox's namespaces) in the sandbox's private mount namespace, against the pristine
+        template's ``.git`` and a throwaway index, so no file mode, symlink, nested or broken
+        ``.git`` or attribute the agent left can stop it, and git follows no symlink. Files over
+        :data:`DIFF_FILE_CAP`, FIFOs, sockets and devices are left out."""
+        worktree = f"{self._mnt}/fs/repo" if self.isolated else str(self.root)
+        specs = ["."] + [f":(exclude,literal){p}" for p in self._left_out()]
+        specs += [":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.py[co]"]
         script = (
-            "set -e; t=$(mktemp -d); export GIT_INDEX_FILE=$t/index GIT_OBJECT_DIRECTORY=$t/objects; "
-            'mkdir -p "$t/objects"; git read-tree HEAD; git add -A -- .; '
-            f"git diff --cached --binary --no-ext-diff --no-textconv --no-color --full-index {self.base_commit} "
-            "-- . ':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.py[co]'; "
-            'rm -rf "$t"'
+            "t=$(mktemp -d) || exit 1; trap 'rm -rf \"$t\"' EXIT; "
+            'export GIT_INDEX_FILE="$t/index" GIT_OBJECT_DIRECTORY="$t/objects"; mkdir "$t/objects" && '
+            'git read-tree HEAD && git add -A --pathspec-from-file="$1" --pathspec-file-nul && '
+            f"git diff --cached --binary --no-ext-diff --no-textconv --no-color --full-index {self.base_commit} --"
         )
+        gitdir = str(self.template / ".git")
         env = {
+            "PATH": os.environ.get("PATH", os.defpath),
             "GIT_DIR": gitdir,
-            "GIT_WORK_TREE": self.repo_dir,
+            "GIT_WORK_TREE": worktree,
             "GIT_ALTERNATE_OBJECT_DIRECTORIES": f"{gitdir}/objects",
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": "/dev/null",
-            "GIT_PAGER": "cat",
+            "GIT_CONFIG_COUNT": "3",
+            "GIT_CONFIG_KEY_0": "core.hooksPath",
+            "GIT_CONFIG_VALUE_0": "/dev/null",
+            "GIT_CONFIG_KEY_1": "core.fsmonitor",
+            "GIT_CONFIG_VALUE_1": "false",
+            "GIT_CONFIG_KEY_2": "core.untrackedCache",
+            "GIT_CONFIG_VALUE_2": "false",
         }
-        code, out, err, _, _ = self.run_bytes(script, env=env, timeout=120)
-        if code != 0:
-            raise SandboxError(f"git diff failed in sandbox {self.id}: {err.decode(errors='replace').strip()}")
+        prefix: list[str] = []
+        if self.isolated:
+            assert self._init is not None
+            prefix = ["nsenter", f"--mount=/proc/{self._init.pid}/ns/mnt"]
+            if not self.identity.privileged:
+                prefix += [f"--user=/proc/{self._init.pid}/ns/user", "--preserve-credentials"]
+            prefix.append("--")
+        with tempfile.NamedTemporaryFile() as spec_file:
+            spec_file.write(b"\0".join(s.encode() for s in specs))
+            spec_file.flush()
+            proc = subprocess.Popen(
+                [*prefix, "/bin/sh", "-c", script, "sh", spec_file.name],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd="/",
+            )
+            assert proc.stdout is not None and proc.stderr is not None
+            reader = OutputCollector(
+                os.dup(proc.stdout.fileno()), os.dup(proc.stderr.fileno()), None, None, cap=_DIFF_OUTPUT_CAP
+            )
+            proc.stdout.close()
+            proc.stderr.close()
+            finished = reader.run(300)
+            if not finished:
+                kill_tree(proc)
+            out, err = reader.result()
+            proc.wait()
+        if reader.overflow:
+            raise SandboxError(
+                f"the agent's changes in sandbox {self.id} exceed {_DIFF_OUTPUT_CAP >> 20} MiB as a patch; "
+                "such a diff cannot be graded"
+            )
+        if not finished or proc.returncode != 0:
+            raise SandboxError(
+                f"git diff failed in sandbox {self.id}: {err.decode(errors='replace').strip() or 'timed out'}"
+            )
         return out.decode(errors="replace")
 
-    def _kill_agent_processes(self) -> None:
-        """Kill every process in the sandbox except the init (and its socat listener)."""
-        if not self._ns_pid:
+    def kill_agent_processes(self) -> None:
+        """Kill every process started inside (daemons and orphans included), keeping the files.
+        The process server does it from pid 1 with ``kill(-1, SIGKILL)``, which the kernel applies
+        to the whole pid namespace at once, and answers once every one has been reaped."""
+        if self._closed or self._ctrl is None:
             return
-        keep = {self._ns_pid}
-        with contextlib.suppress(OSError):
-            keep |= {int(x) for x in Path(f"/proc/{self._ns_pid}/task/{self._ns_pid}/children").read_text().split()[:1]}
-        for pid in descendants(self._ns_pid):
-            if pid not in keep:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, 9)
+        with self._request(b"killall", []) as reply:
+            if _recv_json(reply, 30) is None:
+                raise SandboxError(f"sandbox {self.id}: the agent's processes did not die within 30 s")
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._init is not None:
-            kill_tree(self._init)
+        if self._ctrl is not None:
+            self._ctrl.close()  # the server kills everything it started and exits
+        for proc in (self._bridge, self._init):
+            if proc is None:
+                continue
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._init.wait(timeout=5)
-            if self._init.stderr:
-                self._init.stderr.close()
-        if self._cgroup is not None:
+                proc.wait(timeout=5)
+            kill_tree(proc)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            if proc.stderr:
+                proc.stderr.close()
+        deadline = time.monotonic() + 5
+        self._cgroup.remove()
+        while self._cgroup.exists() and time.monotonic() < deadline:  # exiting tasks leave a moment later
+            time.sleep(0.01)
             self._cgroup.remove()
+        self.identity.release()
         shutil.rmtree(self.host_dir, ignore_errors=True)
+        if self._mnt is not None:  # only empty mount points: the mounts lived in the sandbox's namespace
+            shutil.rmtree(self._mnt, ignore_errors=True)
 
     def __enter__(self) -> LocalSandbox:
         return self
@@ -421,7 +638,7 @@ class LocalSandbox:
 
 
 def cleanup_leftovers(cfg: SandboxConfig | None = None) -> int:
-    """Delete sandbox directories (and pids cgroups) whose bwrap init is gone: what a crashed run
+    """Delete sandbox directories (and cgroups) whose bwrap init is gone: what a crashed run
     leaves behind. Live sandboxes are untouched. Returns how many were removed."""
     removed = 0
     for d in _workdir(cfg or SandboxConfig()).glob("sbx-*"):
@@ -433,6 +650,7 @@ def cleanup_leftovers(cfg: SandboxConfig | None = None) -> int:
         if alive:
             continue
         shutil.rmtree(d, ignore_errors=True)
-        PidCgroup(PidCgroup.parent_v1() / f"lego-{d.name.removeprefix('sbx-')}").remove()
+        shutil.rmtree(Path(tempfile.gettempdir()) / "lego-mnt" / d.name.removeprefix("sbx-"), ignore_errors=True)
+        SandboxCgroup.of(f"lego-{d.name.removeprefix('sbx-')}").remove()
         removed += 1
     return removed

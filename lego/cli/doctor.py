@@ -108,6 +108,13 @@ def _check_bwrap() -> Check:
     return Check("bubblewrap", True, _run([exe, "--version"]) or "ok", required=True)
 
 
+def _check_sandbox_limits() -> list[Check]:
+    """What a local sandbox's process and memory budgets rest on here (cgroup or fallback)."""
+    from sandboxes.cgroup import enforcement
+
+    return [Check(f"sandbox {name} budget", "cgroup" in how, how) for name, how in enforcement().items()]
+
+
 def _check_binary(name: str, argv: list[str], fix: str, required: bool = False) -> Check:
     if shutil.which(argv[0]) is None:
         return Check(name, False, "missing", fix, required=required)
@@ -158,6 +165,7 @@ def collect_checks() -> list[Check]:
     )
     checks.append(_check_docker())
     checks.append(_check_bwrap())
+    checks += _check_sandbox_limits()
     checks.append(
         _check_binary(
             "socat", ["socat", "-V"], "apt-get install socat (bridges the proxy into sandboxes)", required=True

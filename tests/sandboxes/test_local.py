@@ -94,7 +94,7 @@ def test_history_strip_of_a_repo_with_history(tmp_path: Path) -> None:
     git_in(repo, "commit", "-qam", "fix")
     git_in(repo, "checkout", "-q", "-")
     with LocalSandbox(task, SandboxConfig()) as box:
-        assert box.history_strip and verify_history_strip(box.root)
+        assert box.history_strip and verify_history_strip(box.template)  # /repo is a byte copy of it
         dig = box.exec(
             "git log --all --oneline | wc -l; git rev-list --all --objects | cut -d' ' -f1 | git cat-file --batch"
         )
@@ -168,10 +168,11 @@ def test_cleanup_leftovers_removes_only_dead_sandboxes(calc_task: Task, tmp_path
         dead.close()
 
 
-def test_tmpfs_is_capped_at_the_memory_limit(calc_task: Task) -> None:
-    with LocalSandbox(calc_task, SandboxConfig(memory_mb=64)) as box:
-        res = box.exec("head -c 100M /dev/zero > /tmp/big; stat -c %s /tmp/big")
-        assert "No space left on device" in res.stderr and int(res.stdout) <= 64 * 1024 * 1024
+def test_repo_and_temp_space_share_one_disk_budget(calc_task: Task) -> None:
+    with LocalSandbox(calc_task, SandboxConfig(disk_mb=64)) as box:
+        res = box.exec("head -c 40M /dev/zero > /tmp/a; head -c 40M /dev/zero > /repo/b; stat -c %s /repo/b")
+        assert "No space left on device" in res.stderr and int(res.stdout) <= 24 * 1024 * 1024
+        assert box.exec("head -c 1M /dev/zero > ~/c").exit_code != 0  # HOME is on the same budget
 
 
 def test_output_flood_and_closed_pipes_cannot_hang_or_exhaust_the_host(sb: LocalSandbox) -> None:
