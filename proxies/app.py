@@ -67,6 +67,7 @@ class OpenSessionRequest(BaseModel):
     training: bool = False
     temperature: float | None = None
     max_turns: int | None = Field(None, ge=1)
+    max_generations: int | None = Field(None, ge=1)
 
 
 class _ClientGone(Exception):

@@ -311,13 +311,17 @@ class ProxyServer:
         training: bool = False,
         temperature: float | None = None,
         max_turns: int | None = None,
+        max_generations: int | None = None,
         main_thread: MainThreadSpec | None = None,
     ) -> str:
         """Start recording ``session_id``; returns its model-face token (the harness's API key).
 
         ``training``: sample at ``temperature`` with no top-p/top-k truncation whatever the client
         asks (stated in the ``x-lego-sampling-override`` header). ``max_turns``: main-thread turns
-        before the session answers 400. ``answer``: the task's gold patch, only when
+        before the session answers 400. ``max_generations``: generations on every thread together
+        (side calls, subagents, whatever the agent sends itself; counted as each starts, so a flood
+        of concurrent calls cannot overshoot), then 400 and ``max_turns`` (None: unbounded).
+        ``answer``: the task's gold patch, only when
         :attr:`takes_answer` (the oracle engine); it reaches the engine as ``RequestContext.answer``
         and nothing else (not the metadata, not the trajectory). Reopening an id replaces the
         session and revokes its old token. ``main_thread``: how the harness's own conversation is
@@ -330,6 +334,7 @@ class ProxyServer:
                 training=training,
                 temperature=temperature,
                 max_turns=max_turns,
+                max_generations=max_generations,
                 main_thread=main_thread,
             )
         )

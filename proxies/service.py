@@ -101,6 +101,8 @@ class Session:
     training: bool = False
     temperature: float | None = None
     max_turns: int | None = None
+    max_generations: int | None = None
+    generations_started: int = 0
     termination: TerminationLabel = "completed"
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     calls: int = 0
@@ -146,14 +148,18 @@ class ProxyService:
         training: bool = False,
         temperature: float | None = None,
         max_turns: int | None = None,
+        max_generations: int | None = None,
         main_thread: MainThreadSpec | None = None,
     ) -> Session:
         """A fresh session under ``session_id`` (replacing, and revoking, any session of that id).
 
         ``answer``: the task's gold patch, only for an engine that takes it (the oracle); any other
         engine would hold a secret it has no use for, so that is refused rather than ignored.
-        ``main_thread``: the harness's main request as its adapter declares it (None: the recorder's
-        default rule; see :mod:`proxies.recorder`)."""
+        ``max_turns``: turns of the main thread; ``max_generations``: generations of the session on
+        every thread together (side calls, subagents, whatever the agent sends itself), the bound on
+        the engine time one rollout can take (None: unbounded). ``main_thread``: the harness's main
+        request as its adapter declares it (None: the recorder's default rule; see
+        :mod:`proxies.recorder`)."""
         if training and temperature is None:
             raise ValueError("a training session needs the run's temperature (temperature=...)")
         if answer is not None and not takes_answer(self.engine):
@@ -177,6 +183,7 @@ class ProxyService:
             training=training,
             temperature=temperature,
             max_turns=max_turns,
+            max_generations=max_generations,
         )
         self.sessions[session_id] = s
         self._by_token[_digest(token)] = s
@@ -272,6 +279,7 @@ class ProxyService:
                 session_metadata=s.metadata,
                 answer=s.answer,
             )
+            self._spend_generation(s)
             t_engine = time.perf_counter()
             try:
                 gen = await self.engine.generate(call.prompt_ids, sampling, ctx)
@@ -313,6 +321,22 @@ class ProxyService:
             headers=headers,
             stop_sequence=stop_hit,
         )
+
+    @staticmethod
+    def _spend_generation(s: Session) -> None:
+        """Count a generation against the session's budget on every thread, or refuse it.
+
+        Check and count run with no await between them (one event loop), so concurrent requests
+        cannot overshoot; a generation counts once it starts, served or not: it is the engine
+        time an agent can make the rollout spend (side calls and floods included)."""
+        if s.max_generations is not None and s.generations_started >= s.max_generations:
+            s.termination = "max_turns"
+            raise ApiError(
+                400,
+                f"this session reached its limit of {s.max_generations} generations (all threads together)",
+                code="max_turns",
+            )
+        s.generations_started += 1
 
     @staticmethod
     def _check_open(s: Session) -> None:

@@ -147,6 +147,32 @@ def test_rollout_settings_hold_whatever_the_agent_sends(face: ModelFace) -> None
     assert traj.termination == "max_turns" and traj.task_id == "t-a" and traj.counters["calls"] == 2
 
 
+def test_a_flood_on_new_threads_cannot_pass_the_sessions_generation_budget(
+    scripted: tuple[ProxyServer, ScriptedEngine],
+) -> None:
+    """30 concurrent calls, each a new thread (so no main-thread turn limit applies): the engine
+    starts no more generations than the session's budget, and the rollout is labelled for it."""
+    srv, engine = scripted
+    token = srv.open_session("a", max_turns=30, max_generations=5)
+
+    async def flood() -> list[int]:
+        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=srv.model_uds), timeout=60) as http:
+
+            async def one(i: int) -> int:
+                body = {"model": "m", "messages": [{"role": "user", "content": f"flood {i}"}]}
+                r = await http.post(
+                    "http://localhost/v1/chat/completions", json=body, headers={"authorization": f"Bearer {token}"}
+                )
+                return r.status_code
+
+            return list(await asyncio.gather(*(one(i) for i in range(30))))
+
+    codes = asyncio.run(flood())
+    assert codes.count(200) == 5 and codes.count(400) == 25
+    assert len(engine.prompts) == 5
+    assert srv.trajectory("a").termination == "max_turns"
+
+
 def test_sealing_or_closing_revokes_the_key_and_keeps_the_record(face: ModelFace) -> None:
     srv = face.srv
     token = srv.open_session("a")
