@@ -1,11 +1,16 @@
 """The recording proxy: OpenAI chat, Anthropic messages and OpenAI responses in front of a policy,
 recording token-exact trajectory segments (DESIGN.md, "Faithful rollouts").
 
+Two faces (see app.py): the *model face* is all a sandbox reaches -- model routes only, for the one
+session whose token is the request's API key; the *control face* (the trainer's listener and the
+ProxyServer methods) opens, reads, seals and closes sessions. The task's answer reaches only an
+engine that takes it (the oracle) and is never exported.
+
 Modules, from the outside in:
 
     server.py               ProxyServer: the in-process background server the rollout code uses
     cli.py                  `lego proxy`: the same, standalone
-    app.py                  the starlette app: routes, auth, body limits, error shapes, streaming
+    app.py                  the starlette apps (both faces): routes, auth, body limits, error shapes, streaming
     openai_chat.py          \\
     anthropic_messages.py    > each API's request schema, conversion to canonical messages, SSE
     openai_responses.py     /
