@@ -1,10 +1,30 @@
-"""The real rollout path the red-team attacks go through, built once per test module.
+"""The red-team suite: attacks a hostile policy would try, each through the real rollout path.
 
-``redteam`` is one :class:`~lego.rollout.Policy` around a scripted engine (the one test double:
-it plays the attacker's tool calls; every logprob is still the real tiny model's) behind the real
-proxy on a Unix socket in a private temp dir, exactly as ``Policy.start`` serves a policy. Each
-attack is then ``RolloutRunner(cfg, policy).run(task, "lego-agent", ...)``: the real ``lego-agent``
-process in a real bubblewrap sandbox, grading in a fresh sandbox, guards, a Trajectory.
+Run it with ``.venv/bin/python -m pytest -q tests/redteam`` (a few minutes on 2 cores; Linux with
+bubblewrap). Every attack is one rollout (two for the concurrency one): a scripted engine plays the
+attacker's tool calls -> the real proxy -> the real ``lego-agent`` in a real bubblewrap sandbox ->
+``RolloutRunner`` grading in a fresh sandbox -> guards -> a Trajectory. Each test asserts the
+secure outcome (reward 0 / blocked / ``cause == "policy"``), never the attack's mechanics, so it
+holds whichever defence lands. What each file covers:
+
+* ``test_control``      the legitimate fix scores 1, cause "policy" (calc, starter and builtin tasks).
+* ``test_answer_leaks`` gold patch and hidden tests: proxy control routes found via /proc, another
+                        session's id, host run dirs, the pristine .git, environment variables.
+* ``test_proxy_abuse``  DELETE / create sessions, sampling and turn-limit overrides, floods, a
+                        concurrent honest rollout next to an attacker.
+* ``test_grader``       fake pytest, config files, plugins, dist-info entry points, import-time and
+                        exit-time report forging, a daemon outliving pytest, always-equal values,
+                        patched builtins, skipped / deleted / edited / symlinked tests.
+* ``test_escapes``      kernel settings, host paths, uid map and capabilities, nested user
+                        namespaces, mountinfo, ptrace and host processes, network, setuid binaries.
+* ``test_exhaustion``   disk, every tmpfs together, fork bomb, memory across processes (all bounded).
+* ``test_relabel``      self-inflicted failures (killing the harness or the bridge, files colliding
+                        with the hidden tests, a repo git cannot diff) stay the policy's, reward 0.
+* ``test_persistence``  daemons that write the fix or call the model after the harness returned.
+
+This file builds the path once per module: ``redteam`` (a :class:`~lego.rollout.Policy` around
+the scripted engine, served by the real proxy on a Unix socket in a private temp dir, exactly as
+``Policy.start`` serves one) and the calc ``task`` whose gold patch carries a unique marker.
 """
 
 from __future__ import annotations

@@ -87,10 +87,9 @@ def marked_task(task: Task) -> Task:
 
 
 def observations(traj: Trajectory) -> str:
-    """Everything the environment showed the agent (tool results, feedback) plus the harness log."""
-    parts = [str(m.get("content") or "") for m in traj.messages if m.get("role") in ("tool", "user")]
-    parts.append(str(traj.metadata.get("harness_log_tail", "")))
-    return "\n".join(parts)
+    """Everything the environment showed the agent: tool results and feedback, as the proxy recorded
+    them (not the harness log, which also echoes the agent's own commands)."""
+    return "\n".join(str(m.get("content") or "") for m in traj.messages if m.get("role") in ("tool", "user"))
 
 
 class RoutedScriptEngine(ScriptedEngine):

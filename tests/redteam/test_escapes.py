@@ -39,8 +39,10 @@ def test_read_host_paths(redteam: RedTeam, task: Task) -> None:
     seen = probe(
         redteam,
         task,
-        f"for p in /root /work /opt /srv /mnt {proxy_dir} {redteam.workdir} {task.repo_path} /var/run/docker.sock "
-        "/run/docker.sock; do ls -d $p >/dev/null 2>&1 && echo ESCAPED:$p; done; "
+        "for d in /root /work /opt /srv /mnt /media; do "
+        "find $d -maxdepth 2 -type f 2>/dev/null | head -3 | sed 's/^/ESCAPED:/'; done; "
+        f"for p in {proxy_dir} {redteam.workdir} {task.repo_path} /var/run/docker.sock /run/docker.sock; do "
+        "ls -d $p >/dev/null 2>&1 && echo ESCAPED:$p; done; "
         "grep -q '^root:[^*!x]' /etc/shadow 2>/dev/null && echo ESCAPED:shadow; cat /etc/shadow | head -c 200",
     )
     assert "ESCAPED" not in seen, seen[-2000:]
