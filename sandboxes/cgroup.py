@@ -56,10 +56,11 @@ def _limits(controller: str, value: int) -> list[tuple[str, str]]:
 
 
 def _make(controller: str, name: str, value: int) -> Path | None:
+    """``<hierarchy>/<name>/agent`` with the limit on ``agent``; returns the ``agent`` path."""
     for parent in (_ROOT / controller / "lego", _v2_parent(controller)):
         if parent is None:
             continue
-        path = parent / name
+        path = parent / name / "agent"
         created = not path.exists()  # v2: pids and memory share one directory
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -74,19 +75,29 @@ def _make(controller: str, name: str, value: int) -> Path | None:
             if created:
                 with contextlib.suppress(OSError):
                     path.rmdir()
+                    path.parent.rmdir()
             continue
         return path
     return None
 
 
 class SandboxCgroup:
-    """The pids and memory cgroups of one sandbox (either may be None); processes join between
-    fork and exec with :meth:`join_self`."""
+    """The pids and memory cgroups of one sandbox (either may be None).
+
+    Two levels each: the sandbox's own process server lives in ``<name>`` (no limit; it joins
+    between fork and exec with :meth:`join_self`), every command it starts moves itself into
+    ``<name>/agent``, which carries the limits (:meth:`agent_procs`). So when the agent exhausts
+    its memory budget, the OOM killer chooses among the agent's processes only (tmpfs pages belong
+    to no process, so otherwise it could pick the server and end the sandbox)."""
 
     def __init__(self, pids: Path | None, memory: Path | None) -> None:
         self.pids, self.memory = pids, memory
         # v2 puts both controllers in one directory: join it once.
-        self._procs = sorted({str(p / "cgroup.procs") for p in (pids, memory) if p is not None})
+        self._procs = sorted({str(p.parent / "cgroup.procs") for p in (pids, memory) if p is not None})
+
+    def agent_procs(self) -> list[Path]:
+        """The ``cgroup.procs`` files the agent's processes join (one per directory)."""
+        return sorted({p / "cgroup.procs" for p in (self.pids, self.memory) if p is not None})
 
     @classmethod
     def create(cls, name: str, max_pids: int, memory_bytes: int) -> SandboxCgroup:
@@ -95,7 +106,7 @@ class SandboxCgroup:
     @classmethod
     def of(cls, name: str) -> SandboxCgroup:
         """The v1 cgroups a sandbox called ``name`` would have (for removing leftovers)."""
-        return cls(_ROOT / "pids" / "lego" / name, _ROOT / "memory" / "lego" / name)
+        return cls(_ROOT / "pids" / "lego" / name / "agent", _ROOT / "memory" / "lego" / name / "agent")
 
     def join_self(self) -> None:
         """Move the calling process into the cgroups (safe between fork and exec: plain writes)."""
@@ -107,13 +118,14 @@ class SandboxCgroup:
                 os.close(fd)
 
     def exists(self) -> bool:
-        return any(p is not None and p.exists() for p in (self.pids, self.memory))
+        return any(p is not None and p.parent.exists() for p in (self.pids, self.memory))
 
     def remove(self) -> None:
         for p in {self.pids, self.memory}:
             if p is not None:
-                with contextlib.suppress(OSError):
-                    p.rmdir()
+                for d in (p, p.parent):
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
 
 
 def enforcement() -> dict[str, str]:
@@ -122,10 +134,10 @@ def enforcement() -> dict[str, str]:
     probe = SandboxCgroup.create(f"probe-{uuid.uuid4().hex[:8]}", 64, 64 << 20)
     try:
         return {
-            "pids": f"pids cgroup ({probe.pids.parent})"
+            "pids": f"pids cgroup ({probe.pids.parent.parent})"
             if probe.pids
             else "no pids cgroup here: RLIMIT_NPROC of the sandbox's host uid",
-            "memory": f"memory cgroup ({probe.memory.parent}): processes and tmpfs share memory_budget_mb"
+            "memory": f"memory cgroup ({probe.memory.parent.parent}): processes and tmpfs share memory_budget_mb"
             if probe.memory
             else "no memory cgroup here: RLIMIT_AS per process and the one tmpfs capped at disk_mb only",
         }

@@ -271,21 +271,23 @@ class LocalSandbox:
         src_r, src_w = os.pipe()
         os.write(src_w, _SPAWNER)
         os.close(src_w)
-        argv = [*prefix, "-I", "-S", "-", str(theirs.fileno())]
+        cg_fds = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in self._cgroup.agent_procs()]
+        argv = [*prefix, "-I", "-S", "-", str(theirs.fileno()), *map(str, cg_fds)]
         try:
             self._init = subprocess.Popen(
                 argv,
                 stdin=src_r,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                pass_fds=(theirs.fileno(), *extra_fds),
+                pass_fds=(theirs.fileno(), *cg_fds, *extra_fds),
                 cwd=cwd,
                 start_new_session=True,
                 preexec_fn=preexec or self._limits,
             )
         finally:
             theirs.close()
-            os.close(src_r)
+            for fd in (src_r, *cg_fds):
+                os.close(fd)
         if not self.isolated:
             self._ns_pid = self._init.pid
             self._wait_ready()

@@ -25,6 +25,9 @@ replies are JSON objects). Every request carries its own reply socket as its fir
 * ``killall`` with ``[reply]``: SIGKILL every other process of the sandbox, wait until
   all are reaped, reply ``{"done": true}``.
 
+Further arguments are descriptors of ``cgroup.procs`` files (opened by lego) that every command
+joins before it execs: the limits hold for the agent's processes, not for this server.
+
 When lego's end of the control socket closes, everything is killed and the server exits. The file
 uses only the standard library and is run as ``python -I -S - <fd>`` with its source on stdin: it must not import
 lego, which is not visible inside the sandbox.
@@ -102,7 +105,7 @@ def _kill(pids: list[int]) -> None:
             os.kill(p, signal.SIGKILL)
 
 
-def _start(fds: list[int]) -> int:
+def _start(fds: list[int], cgroups: list[int]) -> int:
     """Fork and exec one command on the received descriptors; returns the child's pid."""
     req = _read_request(fds[1])
     raw_argv, raw_env = req["argv"], req["env"]
@@ -116,6 +119,8 @@ def _start(fds: list[int]) -> int:
         return pid
     try:  # the child: nothing here may return into the server loop
         os.setsid()
+        for cg in cgroups:  # into the agent's cgroups, where the limits are ("0" means the writer)
+            os.write(cg, b"0")
         for target, fd in zip((0, 1, 2), fds[2:5], strict=True):
             os.dup2(fd, target)  # dup2 clears close-on-exec on the copy; every other fd closes at exec
         for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGTERM, signal.SIGINT):
@@ -135,13 +140,14 @@ def _start(fds: list[int]) -> int:
         os._exit(127)
 
 
-def serve(ctrl_fd: int) -> None:
+def serve(ctrl_fd: int, cgroups: list[int]) -> None:
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     _prctl(_PR_SET_DUMPABLE, 0)
     pid1 = os.getpid() == 1
     if not pid1:  # unsafe_no_isolation: no pid namespace, so adopt orphans explicitly
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    os.set_inheritable(ctrl_fd, False)
+    for fd in (ctrl_fd, *cgroups):
+        os.set_inheritable(fd, False)
     ctrl = socket.socket(fileno=ctrl_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -205,7 +211,7 @@ def serve(ctrl_fd: int) -> None:
                     reap()
                     continue
                 try:
-                    pid = _start(fds)
+                    pid = _start(fds, cgroups)
                 except (OSError, ValueError, KeyError, IndexError) as exc:  # fork failed (process cap) or bad request
                     _send(reply, {"error": f"cannot start a process: {getattr(exc, 'strerror', None) or exc}"})
                     reply.close()
@@ -231,4 +237,4 @@ def serve(ctrl_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), [int(fd) for fd in sys.argv[2:]])
