@@ -1,0 +1,86 @@
+"""Concurrent rollouts never cross sessions: the runner's one cached adapter per harness serves eight
+rollouts at once, each with its own sandbox, session and token.
+
+Every harness installed here, the oracle engine (logprobs from the tiny model), eight held-out
+built-in tasks with pairwise different problem statements, concurrency 8, through
+:meth:`lego.rollout.RolloutRunner.run_many` as training and eval run them. Acceptance: every rollout
+ends ``completed`` with reward 1, and each session's recorded conversation holds its own task's
+problem statement and no other task's. An adapter that kept per-rollout state on itself (its
+environment, its home, its config paths) sends one rollout's harness to another rollout's session:
+that session then records a foreign task and the oracle plays the wrong answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harnesses.install import installed
+from lego.config import load_config
+from lego.rollout import Policy, RolloutOptions, RolloutRunner
+from lego.types import Task, Trajectory
+
+pytestmark = [pytest.mark.harness, pytest.mark.slow]
+
+CONCURRENCY = 8
+HARNESS_NAMES = ["lego-agent", "mini-swe-agent", "aider", "opencode", "claude-code", "codex"]
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[Task]:
+    """The first eight held-out tasks whose problem statements differ (two tasks may share one)."""
+    from eval.cli import load_tasks
+
+    picked: list[Task] = []
+    for task in load_tasks("builtin:heldout", 40):
+        if all(
+            task.problem_statement not in t.problem_statement and t.problem_statement not in task.problem_statement
+            for t in picked
+        ):
+            picked.append(task)
+        if len(picked) == CONCURRENCY:
+            return picked
+    raise AssertionError("fewer than eight held-out tasks with distinct problem statements")
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_model_dir: Path) -> Iterator[RolloutRunner]:
+    cfg = load_config(
+        None,
+        [
+            "engine.kind=oracle",
+            f"engine.model={tiny_model_dir}",
+            "harness.options={lego-agent = {max_tokens = 4096}}",  # room for the oracle's whole patch
+        ],
+    )
+    policy = Policy.start(cfg.engine, cfg.proxy, name="oracle")
+    try:
+        yield RolloutRunner(cfg, policy)
+    finally:
+        policy.close()
+
+
+def _conversation(traj: Trajectory) -> str:
+    return "\n".join(str(m.get("content") or "") for m in traj.messages)
+
+
+@pytest.mark.parametrize("name", HARNESS_NAMES)
+def test_concurrent_oracle_rollouts_stay_in_their_own_sessions(
+    name: str, tasks: list[Task], runner: RolloutRunner
+) -> None:
+    if name != "lego-agent" and installed(name) is None:
+        pytest.skip(f"{name} is not installed; run `lego harness install {name}`")
+    opts = RolloutOptions(training=True, temperature=1.0, seed=0, max_turns=10, timeout_s=300)
+    trajs = runner.run_many([(t, name, opts) for t in tasks], concurrency=CONCURRENCY)
+    assert len({t.session_id for t in trajs}) == len(tasks)
+    for task, traj in zip(tasks, trajs, strict=True):
+        detail = f"{task.instance_id}: {traj.termination} ({traj.cause}: {traj.cause_detail})"
+        assert traj.task_id == task.instance_id, detail
+        assert traj.termination == "completed" and traj.reward == 1.0, detail
+        said = _conversation(traj)
+        assert task.problem_statement in said, f"{detail}: its session does not hold its own task"
+        foreign = [o.instance_id for o in tasks if o is not task and o.problem_statement in said]
+        assert not foreign, f"{detail}: its session holds turns of {foreign}"
+    assert not runner.policy.proxy.service.sessions  # every session was closed
