@@ -16,9 +16,17 @@ their standard names, ``swebench/sweb.eval.x86_64.<id>:latest``), else an image 
   socat).
 * Runtime: lego's Python task runtime and the caller's ``ro_binds`` are mounted read-only at their
   host paths; the runtime's ``bin`` is appended to the image's PATH (the image's own Python wins).
-* Limits: ``mem_limit`` (memory_mb), ``pids_limit`` (max_processes), RLIMIT_CPU via ulimits,
-  every capability dropped, ``no-new-privileges``; each exec runs under ``timeout -s KILL`` (its
-  whole process group dies) with a host-side backstop that kills the container's exec process.
+* Identity: a task with a local repo runs as uid/gid 1000 (its copy is chowned to it when lego is
+  root) with every capability dropped; an image repo is owned by the image's root, so such a
+  container keeps CHOWN, DAC_OVERRIDE and FOWNER for root inside (Docker maps it to host root
+  unless the engine uses userns-remap). ``no-new-privileges`` everywhere; /proc/sys read-only as
+  Docker mounts it.
+* Limits: ``mem_limit`` (``memory_budget_mb``, which covers the tmpfs pages too), ``pids_limit``
+  (max_processes), RLIMIT_CPU via ulimits; /tmp, /var/tmp and HOME are tmpfs capped at
+  ``disk_mb`` each (the bound repo is not: it lives on the host disk; use the local backend for a
+  disk budget that covers the repo); each exec runs under ``timeout -s KILL`` (its whole process
+  group dies) with a host-side backstop that kills the container's exec process;
+  :meth:`DockerSandbox.kill_agent_processes` kills every process but the container's init.
 * Cleanup: containers carry the labels ``lego.sandbox=1``, ``lego.run_id`` and ``lego.task``;
   :func:`cleanup_leftovers` removes any left behind by a crashed run.
 
@@ -30,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import os
 import shutil
 import tarfile
 import tempfile
@@ -49,6 +58,8 @@ from sandboxes.runtime import python_runtime
 __all__ = ["LABEL", "DockerSandbox", "cleanup_leftovers", "docker_client", "new_run_id"]
 
 LABEL = "lego.sandbox"
+_AGENT = "1000:1000"
+_HOME = "/home/agent"
 _SOCK = "/run/lego/proxy.sock"
 _BASE_GIT = "/lego/base.git"
 _STRIP = (
@@ -145,12 +156,17 @@ class DockerSandbox:
                 self.template = pristine_template(task.repo_path)
                 self.root = self.host_dir / "repo"
                 shutil.copytree(self.template, self.root, symlinks=True)
+                self.user = _AGENT if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+                if os.geteuid() == 0:
+                    for path in (self.root, *self.root.rglob("*")):
+                        os.lchown(path, 1000, 1000)
                 self.repo_dir = "/repo"
                 volumes[str(self.root)] = {"bind": self.repo_dir, "mode": "rw"}
                 volumes[str(self.template / ".git")] = {"bind": _BASE_GIT, "mode": "ro"}
                 self.base_commit, _ = template_info(self.template)
             else:
                 self.root = self.host_dir
+                self.user = "0:0"
                 self.repo_dir = str(task.metadata.get("repo_dir", "/testbed"))
                 self.base_commit = ""
             port = proxy_port or 18080
@@ -168,10 +184,13 @@ class DockerSandbox:
                 labels={LABEL: "1", "lego.run_id": run_id, "lego.task": task.instance_id},
                 volumes=volumes,
                 working_dir=self.repo_dir,
-                mem_limit=f"{cfg.memory_mb}m",
+                user=self.user,
+                mem_limit=f"{cfg.memory_budget_mb}m",
+                memswap_limit=f"{cfg.memory_budget_mb}m",
                 pids_limit=cfg.max_processes,
+                tmpfs=self._tmpfs(volumes),
                 cap_drop=["ALL"],
-                cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],  # root in the image may own the repo
+                cap_add=[] if task.repo_path else ["CHOWN", "DAC_OVERRIDE", "FOWNER"],  # root owns an image repo
                 security_opt=["no-new-privileges"],
                 ulimits=[_ulimit("cpu", cfg.cpu_seconds), _ulimit("core", 0)],
                 hostname="lego-sandbox",
@@ -187,6 +206,15 @@ class DockerSandbox:
         except BaseException:
             self.close()
             raise
+
+    def _tmpfs(self, volumes: dict[str, dict[str, str]]) -> dict[str, str]:
+        """Size-capped tmpfs for the temp dirs and HOME; plus an empty, traversable /root when a
+        read-only bind (lego's runtime, a harness) lives below it, since the image's /root is
+        mode 0700 and the agent is not root."""
+        out = {d: f"size={self.cfg.disk_mb}m,mode=1777,nosuid,nodev" for d in ("/tmp", "/var/tmp", _HOME)}
+        if self.user != "0:0" and any(v["bind"].startswith("/root/") for v in volumes.values()):
+            out["/root"] = "size=1m,mode=0755,nosuid,nodev"
+        return out
 
     def _image_env_path(self) -> str:
         env = self.container.attrs.get("Config", {}).get("Env") or []
@@ -213,7 +241,7 @@ class DockerSandbox:
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         base = {
             "PATH": f"{self._image_path}:{self.runtime.bin_dir}",
-            "HOME": "/root",
+            "HOME": _HOME,
             "LANG": "C.UTF-8",
             "TERM": "dumb",
         }
@@ -237,7 +265,7 @@ class DockerSandbox:
         argv = ["timeout", "-s", "KILL", f"{max(limit, 0.01):.3f}", *inner]
         t0 = time.monotonic()
         api = self.client.api
-        exec_id = api.exec_create(self.container.id, argv, environment=self.env(env), workdir=wd)["Id"]
+        exec_id = api.exec_create(self.container.id, argv, environment=self.env(env), workdir=wd, user=self.user)["Id"]
         box: dict[str, Any] = {}
 
         def run() -> None:
@@ -309,6 +337,14 @@ class DockerSandbox:
         if res.exit_code != 0:
             raise SandboxError(f"git diff failed in sandbox {self.id}: {res.stderr.strip()}")
         return res.stdout
+
+    def kill_agent_processes(self) -> None:
+        """SIGKILL every process but the container's init (the proxy bridge), as the agent's user:
+        ``kill(-1)`` spares the caller and pid 1, so it runs twice to catch a process forked
+        during the first pass."""
+        if self._closed or self.container is None:
+            return
+        self.container.exec_run(["sh", "-c", "kill -9 -1; kill -9 -1; true"], user=self.user)
 
     def close(self) -> None:
         if self._closed:

@@ -127,3 +127,21 @@ def test_cleanup_leftovers(client: Any, cfg: SandboxConfig, calc_task: Task) -> 
     box._closed = True  # simulate a crashed run that never closed its sandbox
     assert cleanup_leftovers(run_id="leftover-test", client=client) == 1
     assert not client.containers.list(all=True, filters={"label": "lego.run_id=leftover-test"})
+
+
+def test_agent_is_unprivileged_and_bounded(sb: Any) -> None:
+    status = dict(ln.split(":\t", 1) for ln in sb.exec("cat /proc/self/status").stdout.splitlines() if ":\t" in ln)
+    assert status["Uid"].split()[0] == "1000"
+    for cap in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert status[cap].strip() == "0000000000000000", cap
+    assert status["NoNewPrivs"].strip() == "1"
+    assert sb.exec("echo x > /proc/sys/kernel/core_pattern").exit_code != 0
+    flood = sb.exec(f"head -c {sb.cfg.disk_mb + 16}M /dev/zero > /tmp/big")
+    assert "No space left on device" in flood.stderr
+
+
+def test_kill_agent_processes_ends_daemons(sb: Any) -> None:
+    sb.exec("nohup sh -c 'while :; do date >> /tmp/log; sleep 0.05; done' >/dev/null 2>&1 &")
+    sb.kill_agent_processes()
+    size = len(sb.read("/tmp/log"))
+    assert len(sb.read("/tmp/log")) == size and "sh -c while" not in sb.exec("ps -eo args").stdout
