@@ -21,6 +21,7 @@ import numpy as np
 
 from eval.estimators import bootstrap_ci, mean_pass_at_k, paired_bootstrap, sign_flip_pvalue
 from eval.results import CellSummary, DeltaSummary, EvalResults, EvalSpec, SampleResult, TransferRow
+from lego.types import INFRA_LABELS
 
 __all__ = ["assign_bases", "cell_metrics", "summarize", "summarize_cell"]
 
@@ -42,6 +43,12 @@ def _per_task(samples: Iterable[SampleResult]) -> dict[str, list[float]]:
         if not s.infra:
             out[s.key.task_id].append(1.0 if s.passed else 0.0)
     return dict(out)
+
+
+def _ending(s: SampleResult) -> str:
+    """The termination label, with its cause where the label alone does not say who failed
+    (``harness_error (policy)``: the agent killed its harness, scored 0; ``(infrastructure)``: excluded)."""
+    return f"{s.termination} ({s.cause})" if s.termination in INFRA_LABELS else s.termination
 
 
 def summarize_cell(policy: str, harness: str, samples: list[SampleResult], n_boot: int, seed: int) -> CellSummary:
@@ -72,7 +79,7 @@ def summarize_cell(policy: str, harness: str, samples: list[SampleResult], n_boo
         mean_prompt_tokens=_mean([s.prompt_tokens for s in scored]),
         mean_completion_tokens=_mean([s.completion_tokens for s in scored]),
         mean_wall_s=_mean([s.wall_s for s in scored]),
-        terminations=dict(sorted(Counter(s.termination for s in samples).items())),
+        terminations=dict(sorted(Counter(_ending(s) for s in samples).items())),
         guard_flags=dict(sorted(flags.items())),
     )
 

@@ -168,3 +168,23 @@ def test_from_run_evaluates_the_latest_checkpoint_against_the_start_with_the_run
     assert spec["policies"][1]["base"] == "start" and spec["policies"][1]["model"] == str(step)
     assert spec["tasks_source"] == "starter:heldout" and len(spec["task_ids"]) == 3
     assert (spec["temperature"], spec["max_turns"], spec["timeout_s"]) == (1.2, 9, 77.0)  # --max-turns given: it wins
+
+
+def test_a_zeroed_reward_never_passes_and_cells_say_who_failed() -> None:
+    from eval.matrix import summarize_cell
+
+    key = SampleKey(policy="p", harness="h", task_id="t", sample=0, seed=1)
+    resolved = GradeResult(reward=1.0, resolved=True)
+    zeroed = Trajectory(trajectory_id="z", session_id="z", reward=0.0, grade=resolved, metadata={"zeroed_by": ["x"]})
+    assert not SampleResult.from_trajectory(key, zeroed).passed  # the reward counts, not the grade
+    killed = Trajectory(trajectory_id="k", session_id="k", termination="harness_error", reward=0.0,
+                        cause="policy", cause_detail="the harness died after 2 policy response(s)")  # fmt: skip
+    down = Trajectory(trajectory_id="d", session_id="d", termination="harness_error", cause="infrastructure")
+    samples = [
+        SampleResult.from_trajectory(key.model_copy(update={"task_id": f"t{i}"}), t)
+        for i, t in enumerate([zeroed, killed, down])
+    ]
+    assert samples[1].cause_detail.startswith("the harness died")
+    cell = summarize_cell("p", "h", samples, n_boot=50, seed=0)
+    assert cell.terminations == {"completed": 1, "harness_error (infrastructure)": 1, "harness_error (policy)": 1}
+    assert (cell.n_scored, cell.n_infra, cell.pass1) == (2, 1, 0.0)
