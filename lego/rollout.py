@@ -221,7 +221,7 @@ class RolloutRunner:
             history_strip=outcome.history_ok,
             egress_blocked=not self.cfg.sandbox.unsafe_no_isolation,
             excluded_files=outcome.grade.excluded_files if outcome.grade is not None else [],
-            texts=agent_texts(traj.messages),
+            texts=self.policy_texts(traj),
         )
         zeroed_by = zeroing_reasons(traj.guard_flags, outcome.grade)
         if zeroed_by and traj.reward is not None and self.cfg.guards.on_detect == "zero":
@@ -231,6 +231,25 @@ class RolloutRunner:
             traj.reward = 0.0
         traj.timings.update({"harness_s": result.wall_s, "grade_s": outcome.grade_s, "wall_s": time.monotonic() - t0})
         return traj
+
+    def policy_texts(self, traj: Trajectory) -> list[str]:
+        """Everything the policy wrote in the session, for the hack-signature scan: the main thread's
+        assistant messages and the decoded sampled tokens of every segment, side threads included, so
+        a command the harness later compacted out of its history, or one sent on a side thread, is
+        still seen."""
+        segments = [*traj.segments, *(seg for side in traj.side_threads for seg in side.segments)]
+        generations: list[list[int]] = []  # runs of sampled tokens: one per generation, never joined across turns
+        for seg in segments:
+            run: list[int] = []
+            for tok, sampled in zip(seg.response_ids, seg.response_mask, strict=True):
+                if sampled:
+                    run.append(tok)
+                elif run:
+                    generations.append(run)
+                    run = []
+            if run:
+                generations.append(run)
+        return agent_texts(traj.messages) + [self.policy.chat.decode(ids) for ids in generations]
 
     def run_many(
         self,

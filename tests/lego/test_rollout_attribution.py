@@ -152,3 +152,29 @@ def test_no_agent_process_outlives_the_harness_to_finish_the_work(served: Any, t
     late = f'A=$PPID; setsid nohup sh -c "while kill -0 $A 2>/dev/null; do sleep 0.01; done; {FIX}" >/dev/null 2>&1 &'
     traj = _play(served, task, bash(late))
     assert traj.grade is not None and not traj.grade.resolved and traj.reward == 0.0, _why(traj)
+
+
+def test_the_hack_scan_reads_every_generation_not_only_the_final_history(served: Any) -> None:
+    from lego.types import Segment
+    from sandboxes.guards import scan_hack_signatures
+
+    policy, _ = served
+    runner = RolloutRunner(_cfg(), policy)
+
+    def segment(*runs: str) -> Segment:
+        ids: list[int] = []
+        mask: list[int] = []
+        for text in runs:  # each run one generation, a mask-0 token between them (the template's turn end)
+            run = policy.chat.encode(text)
+            ids += [*run, 0]
+            mask += [1] * len(run) + [0]
+        n = len(ids)
+        return Segment(prompt_ids=[1], response_ids=ids, response_mask=mask, response_logprobs=[-1.0] * n,
+                       response_versions=[0] * n)  # fmt: skip
+
+    # compacted out of the snapshot: the messages no longer show it, the sampled tokens still do
+    dug = Trajectory(trajectory_id="t", session_id="s", messages=[], segments=[segment("ls", "git reflog")])
+    assert scan_hack_signatures(runner.policy_texts(dug)) == ["history_digging"]
+    # two generations are never read as one text
+    split = Trajectory(trajectory_id="t", session_id="s", messages=[], segments=[segment("echo git", "reflog")])
+    assert scan_hack_signatures(runner.policy_texts(split)) == []
