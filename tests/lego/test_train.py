@@ -142,3 +142,19 @@ def test_lora_run_checkpoints_are_loadable_models(tasks: Path, tiny_model_dir: P
     assert merged.keys() == want.keys()
     for k in want:  # the top level is exactly base + the saved adapter, merged
         torch.testing.assert_close(merged[k], want[k], rtol=0, atol=1e-6)
+
+
+def test_step_metrics_count_the_reward_and_who_failed() -> None:
+    from lego.train import step_metrics
+    from lego.types import GradeResult, Trajectory
+
+    resolved = GradeResult(reward=1.0, resolved=True)
+    trajs = [
+        Trajectory(trajectory_id="a", session_id="a", reward=1.0, grade=resolved),
+        Trajectory(trajectory_id="z", session_id="z", reward=0.0, grade=resolved, metadata={"zeroed_by": ["x"]}),
+        Trajectory(trajectory_id="k", session_id="k", termination="harness_error", reward=0.0, cause="policy"),
+        Trajectory(trajectory_id="d", session_id="d", termination="harness_error", cause="infrastructure"),
+    ]
+    m = step_metrics(trajs, {})
+    assert m["reward/pass_rate"] == pytest.approx(1 / 3)  # the zeroed fix does not pass; the infra one is not scored
+    assert (m["rollout/infra_failures"], m["rollout/policy_failures"], m["guards/zeroed"]) == (1.0, 1.0, 0.25)
