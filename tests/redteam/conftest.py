@@ -59,7 +59,13 @@ def redteam(tiny_model_dir: Path, chat_format: Any, tmp_path_factory: pytest.Tem
     proxy.start()
     policy = Policy(name="redteam", engine=engine, chat=chat_format, proxy=proxy, model_path=tiny_model_dir)  # type: ignore[arg-type]
     workdir = tmp_path_factory.mktemp("sandboxes")
-    rt = RedTeam(policy=policy, engine=engine, cfg=RedTeam.config(base, workdir), workdir=workdir)
+    rt = RedTeam(
+        policy=policy,
+        engine=engine,
+        cfg=RedTeam.config(base, workdir),
+        workdir=workdir,
+        proxy_dir=Path(sock_dir.name),
+    )
     try:
         yield rt
     finally:

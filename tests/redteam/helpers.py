@@ -146,6 +146,7 @@ class RedTeam:
     engine: RoutedScriptEngine
     cfg: LegoConfig
     workdir: Path
+    proxy_dir: Path
     runs: list[Trajectory] = field(default_factory=list)
 
     @staticmethod

@@ -35,7 +35,7 @@ def test_write_kernel_settings(redteam: RedTeam, task: Task) -> None:
 
 
 def test_read_host_paths(redteam: RedTeam, task: Task) -> None:
-    proxy_dir = Path(redteam.policy.uds).parent
+    proxy_dir = redteam.proxy_dir
     seen = probe(
         redteam,
         task,
@@ -70,7 +70,7 @@ def test_nested_user_namespace(redteam: RedTeam, task: Task) -> None:
 
 def test_mountinfo_shows_no_host_paths(redteam: RedTeam, task: Task) -> None:
     seen = probe(redteam, task, "cat /proc/self/mountinfo")
-    for host_path in (str(redteam.workdir), "sbx-", "/tmp/pytest-of", "/work/", str(Path(redteam.policy.uds).parent)):
+    for host_path in (str(redteam.workdir), "sbx-", "/tmp/pytest-of", "/work/", str(redteam.proxy_dir)):
         assert host_path not in seen, f"mountinfo shows the host path {host_path}"
 
 
@@ -79,7 +79,7 @@ def test_ptrace_and_host_processes(redteam: RedTeam, task: Task) -> None:
     seen = probe(
         redteam,
         task,
-        "pat=$(echo cHl0ZXN0fHV2aWNvcm58L3dvcmsv | base64 -d); "  # pytest|uvicorn|/work/, unseen in this argv
+        "pat=$(echo LW0gcHl0ZXN0fHV2aWNvcm58L3dvcmsv | base64 -d); "  # "-m pytest|uvicorn|/work/", unseen in this argv
         "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -Eq \"$pat\" "
         "&& echo ESCAPED:$(tr '\\0' ' ' < $p/cmdline | head -c 80); done; "
         "python3 -c 'import ctypes,os,glob; l=ctypes.CDLL(None); me=os.getuid(); "
