@@ -6,7 +6,9 @@ write back the value already there, so even a hole changes nothing on the host r
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from pathlib import Path
 
 from lego.types import Task
@@ -48,11 +50,33 @@ def test_read_host_paths(redteam: RedTeam, task: Task) -> None:
     assert "ESCAPED" not in seen, seen[-2000:]
 
 
+def _host_uids_of(marker: str, stop: threading.Event, found: set[str]) -> None:
+    """Poll the HOST's /proc for processes whose argv holds ``marker``; collect their host uids."""
+    while not stop.is_set():
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                if marker.encode() in cmdline.read_bytes():
+                    status = (cmdline.parent / "status").read_text()
+                    found.update(re.findall(r"^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", status, re.M)[0])
+        stop.wait(0.05)
+
+
 def test_identity_maps_to_no_host_root_and_holds_no_capabilities(redteam: RedTeam, task: Task) -> None:
-    seen = probe(redteam, task, "id; cat /proc/self/uid_map /proc/self/gid_map; grep ^Cap /proc/self/status")
-    for line in re.findall(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s*$", seen, re.M):
-        _inside, host, count = map(int, line)
-        assert not (host <= 0 < host + count), f"an id inside maps to host root: {line}"
+    # /proc/self/uid_map inside names ids of the *parent* user namespace, which need not be the host's
+    # (bubblewrap nests one to disable further user namespaces): the host's own /proc is the truth.
+    marker = "9.8765"
+    found: set[str] = set()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_host_uids_of, args=(marker, stop, found), daemon=True)
+    watcher.start()
+    try:
+        seen = probe(redteam, task, f"sleep {marker} & sleep 1.5; id; grep ^Cap /proc/self/status; kill %1")
+    finally:
+        stop.set()
+        watcher.join()
+    assert found, "the probe's process was never seen on the host"
+    assert "0" not in found, f"a process of the agent runs as host uid 0 (real/effective/saved/fs uids: {found})"
+    assert "uid=1000" in seen, seen[-2000:]
     caps = dict(re.findall(r"^(Cap\w+):\s+([0-9a-f]+)$", seen, re.M))
     assert caps, seen[-2000:]
     assert all(int(v, 16) == 0 for v in caps.values()), caps
