@@ -30,8 +30,12 @@ nothing zeroed it and every named test passed (setup, call and teardown).
 
 Not closed, and why: the code under test shares the reporter's process, so a patch crafted against
 this grader can in principle forge a consistent stream (detection raises the cost; it cannot make it
-impossible without a second interpreter). An object whose ``__eq__`` always says True passes an
-``assert result == expected`` test: the hidden tests decide what a pass means. Only pytest-based
+impossible without a second interpreter). What a comparison means is checked statically, before
+any of the agent's code runs: the supervisor parses the Python files the applied diff changed and
+reports what the change added that redefines comparison (a builtin value type subclassed with
+``__eq__``/``__lt__``/... overridden, a comparison method returning one constant, a comparison
+attached by name with ``setattr``/``type()``); that is tampering. A comparison redefined in a way this
+reading does not recognise (e.g. built from strings at run time) is not caught. Only pytest-based
 ``test_cmd``s are supported. The same diff grades the same twice (canary names and tokens are random,
 but whether a canary fails is not). Tested by tests/sandboxes/test_grader_attacks.py (each attack
 through a real sandbox and this function) and tests/sandboxes/test_grading.py.
@@ -272,6 +276,7 @@ def grade_in(sb: Sandbox, task: Task, diff: str, *, timeout: float | None = None
     plan = {
         "repo": repo,
         "canaries": canary_files,
+        "changed": sorted(p for p in patch_paths(kept) if p.endswith(".py")),
         "argv": argv,
         "env": {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"},
         "timeout": max(1.0, limit - 5.0),
@@ -286,10 +291,7 @@ def grade_in(sb: Sandbox, task: Task, diff: str, *, timeout: float | None = None
     sb.write(f"{work}.tar", _bundle(files))
     nonce = secrets.token_hex(16)
     run = sb.exec(["/bin/sh", "-c", _SCRIPT, "grade", work, python], env={"LEGO_GRADE_NONCE": nonce}, timeout=limit)
-    # TODO(issue 14): call sb.kill_agent_processes() unconditionally once every backend has it.
-    kill = getattr(sb, "kill_agent_processes", None) or getattr(sb, "_kill_agent_processes", None)
-    if kill is not None:
-        kill()
+    sb.kill_agent_processes()  # nothing the test run left behind may touch the repo or the report
     log = [f"excluded from the graded diff: {', '.join(excluded)}"] if excluded else []
     try:
         report = json.loads(run.stdout)
@@ -312,6 +314,7 @@ def grade_in(sb: Sandbox, task: Task, diff: str, *, timeout: float | None = None
         for path in report.get("canary_files_missing") or []:
             canaries = {c: t for c, t in canaries.items() if not c.startswith(f"{path}::")}
         v = verdict(list(report.get("records") or []), names, canaries, int(report.get("exit_code", -1)))
+        v.tampered.extend(f"redefines comparison: {what}" for what in report.get("comparison_overrides") or [])
         log.append(f"$ {shlex.join(argv[4:])}\n[exit {report.get('exit_code')}]\n{report.get('output', '')}")
         if report.get("timed_out"):
             v.failures.append(f"the test run timed out after {plan['timeout']:.0f}s")
