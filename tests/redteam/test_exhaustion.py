@@ -96,7 +96,7 @@ def test_memory_bomb_across_processes(redteam: RedTeam, task: Task) -> None:
             "blocks = []\n"
             "try:\n"
             "    for _ in range(700 // 64):\n"
-            "        blocks.append(b\"\\\\x01\" * (64 << 20))\n"
+            '        blocks.append(b"\\\\x01" * (64 << 20))\n'
             '        print("held_mib=%d" % (64 * len(blocks)), flush=True)\n'
             "    time.sleep(8)\n"
             "except MemoryError:\n"
