@@ -208,7 +208,7 @@ class RolloutRunner:
             label=traj.termination,
             exit_code=result.exit_code,
             responses=int(traj.counters.get("calls", 0.0)),
-            engine_failures=int(traj.counters.get("engine_failures", 0.0)),
+            engine_unavailable=int(traj.counters.get("engine_unavailable", 0.0)),
             pristine_grades=outcome.pristine_grades,
         )
         traj.cause, traj.cause_detail = verdict.cause, verdict.detail

@@ -10,16 +10,18 @@ have caused:
 
 * the sandbox could not be created, or the harness could not be set up (before the agent exists);
 * the harness failed before the policy's first response (nothing the agent did ran yet);
-* the proxy recorded an engine failure for this session and the rollout died or timed out;
+* the proxy found the engine unavailable (unreachable, timed out) for this session and the rollout
+  then died or timed out. Only unavailability counts: an engine *error* (a 502) may be caused by what
+  the request held, and every request on the model face is one the agent could have sent, so a
+  policy that can make the engine fail on demand buys nothing with it;
 * grading failed, and grading the pristine repo (an empty diff) fails too: the task or the grader
   is broken whatever the agent did.
 
 Everything else that goes wrong after the policy's first response is the policy's, reward 0, with
 the reason in ``cause_detail``: a harness that died (``kill -9 $PPID``, ``kill -9 -1``, a sandbox
 that broke under it), a repo whose diff cannot be taken, a diff whose grading fails where the
-pristine repo's does not (a ``tests`` file colliding with the hidden test patch). One residual:
-an agent that can make the engine fail on demand through its own session could buy the engine-failure
-exemption; the model face of the proxy is what must prevent that.
+pristine repo's does not (a ``tests`` file colliding with the hidden test patch), and an engine
+error on one of its requests.
 
 **Guards** (:func:`zeroing_reasons`). A detection zeroes the reward (``guards.on_detect = "zero"``,
 the default) when it shows an attempt to be paid for something other than the agent's own fix:
@@ -84,14 +86,14 @@ def attribute(
     label: TerminationLabel,
     exit_code: int | None,
     responses: int,
-    engine_failures: int,
+    engine_unavailable: int,
     pristine_grades: bool | None,
 ) -> Attribution:
     """Attribute one rollout's end (see the module doc for the rule).
 
     ``stage``: where driving stopped; ``error``: the failure's text; ``label``: the termination label;
     ``exit_code``: the harness's; ``responses``: generations the proxy served this session;
-    ``engine_failures``: engine failures it recorded; ``pristine_grades``: after a grading failure,
+    ``engine_unavailable``: calls the engine could not serve at all; ``pristine_grades``: after a grading failure,
     whether an empty diff grades (None when grading did not fail)."""
     why = _line(error)
     if stage == "sandbox":
@@ -99,10 +101,10 @@ def attribute(
     if stage == "prepare":
         return Attribution("infrastructure", f"the harness could not be set up: {why}", False)
     died = stage in ("harness", "diff") or label == "harness_error"
-    if engine_failures and (died or label == "timeout"):
+    if engine_unavailable and (died or label == "timeout"):
         return Attribution(
             "infrastructure",
-            f"the engine failed {engine_failures} call(s) of this session, then the rollout {label}",
+            f"the engine was unavailable for {engine_unavailable} call(s) of this session, then the rollout {label}",
             False,
         )
     if stage == "harness" or label == "harness_error":

@@ -108,9 +108,11 @@ class Session:
     calls: int = 0
     engine_time_s: float = 0.0
     proxy_time_s: float = 0.0
-    engine_failures: int = 0
-    """Calls the engine failed or could not serve: the rollout code attributes a failed rollout with any
-    to the infrastructure, not to the policy."""
+    engine_unavailable: int = 0
+    """Calls the engine could not serve at all (unreachable, timed out): no request can cause that."""
+    engine_errors: int = 0
+    """Calls the engine failed on (a 502): possibly caused by what the request held, so the rollout code
+    attributes a failed rollout to the infrastructure only for ``engine_unavailable``."""
     created_at: float = field(default_factory=time.time)
 
     def lock(self, key: str) -> asyncio.Lock:
@@ -229,7 +231,8 @@ class ProxyService:
         counters = rec.summary_counters()
         counters["engine_time_s"] = s.engine_time_s
         counters["proxy_time_s"] = s.proxy_time_s
-        counters["engine_failures"] = float(s.engine_failures)
+        counters["engine_unavailable"] = float(s.engine_unavailable)
+        counters["engine_errors"] = float(s.engine_errors)
         return Trajectory(
             trajectory_id=f"{session_id}-{uuid.uuid4().hex[:8]}",
             session_id=session_id,
@@ -286,13 +289,13 @@ class ProxyService:
             except ContextOverflowError as exc:
                 raise self._overflow(s, main, str(exc)) from exc
             except EngineUnavailableError as exc:
-                s.engine_failures += 1
+                s.engine_unavailable += 1
                 raise ApiError(503, f"the policy engine is unavailable: {exc}", "unavailable", retry_after=2) from exc
             except EngineError as exc:
-                s.engine_failures += 1
+                s.engine_errors += 1
                 raise ApiError(502, f"the policy engine failed: {exc}", "engine", retry_after=1) from exc
             except Exception as exc:  # an engine bug or device error: still the engine's failure, not the request's
-                s.engine_failures += 1
+                s.engine_errors += 1
                 raise ApiError(
                     502, f"the policy engine failed: {type(exc).__name__}: {exc}", "engine", retry_after=1
                 ) from exc

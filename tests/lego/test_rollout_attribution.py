@@ -118,7 +118,7 @@ def test_an_engine_outage_is_infrastructure(served: Any, task: Task) -> None:
     traj = _play(served, task, bash(FIX), down=True)
     assert traj.termination == "harness_error", _why(traj)
     assert traj.is_infra_failure and traj.reward is None, _why(traj)
-    assert "engine failed" in traj.cause_detail
+    assert "engine was unavailable" in traj.cause_detail
 
 
 def test_a_tests_file_that_collides_with_the_hidden_tests_is_the_policys_failure(served: Any, task: Task) -> None:

@@ -20,7 +20,7 @@ def _attribute(**kw: Any) -> tuple[str, bool, str]:
         "label": "completed",
         "exit_code": 0,
         "responses": 3,
-        "engine_failures": 0,
+        "engine_unavailable": 0,
         "pristine_grades": None,
     }
     args.update(kw)
@@ -51,17 +51,20 @@ def _attribute(**kw: Any) -> tuple[str, bool, str]:
         ),
         (
             "engine down, harness died",
-            {"label": "harness_error", "exit_code": 1, "engine_failures": 2},
+            {"label": "harness_error", "exit_code": 1, "engine_unavailable": 2},
             "infrastructure",
             False,
         ),
         (
             "engine down, timed out",
-            {"label": "timeout", "exit_code": None, "engine_failures": 1},
+            {"label": "timeout", "exit_code": None, "engine_unavailable": 1},
             "infrastructure",
             False,
         ),
-        ("engine hiccup, completed", {"engine_failures": 1}, "policy", True),
+        ("engine hiccup, completed", {"engine_unavailable": 1}, "policy", True),
+        # An engine *error* may come from what the request held, and the agent can send any request
+        # to its own session: failing the engine on purpose must not buy the infrastructure exemption.
+        ("engine errors, harness died", {"label": "harness_error", "exit_code": 1}, "policy", False),
         ("diff cannot be taken", {"stage": "diff", "error": "SandboxError: git diff failed"}, "policy", False),
         ("diff before acting", {"stage": "diff", "responses": 0}, "infrastructure", False),
         ("agent's diff breaks grading", {"stage": "grade", "pristine_grades": True}, "policy", False),
