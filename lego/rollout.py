@@ -55,6 +55,7 @@ from sandboxes.grading import grade
 from sandboxes.guards import agent_texts, guard_flags, verify_history_strip
 
 __all__ = [
+    "SIDE_CALLS_PER_TURN",
     "DriveOutcome",
     "Policy",
     "RolloutOptions",
@@ -138,6 +139,10 @@ class RolloutOptions:
     timeout_s: float = 600.0
 
 
+SIDE_CALLS_PER_TURN = 4
+"""A rollout's session serves at most ``max_turns * SIDE_CALLS_PER_TURN`` generations over all threads."""
+
+
 class RolloutRunner:
     """Runs rollouts of one policy; thread-safe (each rollout has its own session and sandbox)."""
 
@@ -182,6 +187,9 @@ class RolloutRunner:
             training=opts.training,
             temperature=opts.temperature,
             max_turns=opts.max_turns,
+            # Every thread together: the harness's side calls (titles, quota probes, subagents) fit in
+            # this many per main turn, and a flood of new threads from the agent stops here.
+            max_generations=opts.max_turns * SIDE_CALLS_PER_TURN,
             main_thread=getattr(self.harness(harness_name), "main_thread", None),  # declared by the adapter, if any
         )
         return sid, token
