@@ -135,7 +135,7 @@ class SandboxConfig(_Section):
 
 
 class GuardsConfig(_Section):
-    """What a detected reward hack does to the reward (see `sandboxes.guards`)."""
+    """What a detected reward hack does to the reward (see `lego.sandboxes.guards`)."""
 
     on_detect: Literal["zero", "flag"] = Field(
         "zero",

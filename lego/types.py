@@ -190,7 +190,7 @@ class MainThreadSpec(BaseModel):
     """What the harness's own conversation looks like, as its adapter declares it.
 
     The first thread whose opening request fits becomes the session's main thread and nothing
-    else can (see :mod:`proxies.recorder`). Without a declaration the proxy's default rule applies
+    else can (see :mod:`lego.proxies.recorder`). Without a declaration the proxy's default rule applies
     (the first thread with tools and a system prompt); a harness whose main request carries no
     tools should declare one, or an agent's own request with tools could outrank it.
     """

@@ -23,7 +23,7 @@ ignores temperature and breaks that contract at T != 1.
 
 Transient failures (connection errors, 429, 5xx) are retried with backoff; a cancelled
 ``generate`` closes its HTTP request, and vLLM aborts a request whose client disconnected. Weights
-are loaded by ``lego.weight_sync`` (LoRA hot-load or full reload), which reuses ``base_url`` and
+are loaded by ``lego.conductor.weight_sync`` (LoRA hot-load or full reload), which reuses ``base_url`` and
 ``client``; after it succeeds it bumps ``policy_version`` (and may set ``model`` to the LoRA name).
 """
 
@@ -222,7 +222,7 @@ class VLLMEngine:
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> int:
         raise EngineError(
-            "VLLMEngine does not load weights itself: use lego.weight_sync (LoRA hot-load or full reload), "
+            "VLLMEngine does not load weights itself: use lego.conductor.weight_sync (LoRA hot-load or full reload), "
             "which talks to this engine's base_url and bumps policy_version"
         )
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from eval.results import EvalSpec, SampleKey, SampleResult
+from lego.eval.results import EvalSpec, SampleKey, SampleResult
 from lego.io import append_jsonl
 from lego.types import Task
 

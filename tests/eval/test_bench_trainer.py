@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from eval.bench.trainer import command, keyword_reward, measure
+from lego.conductor.bench.trainer import command, keyword_reward, measure
 
 pytest.importorskip("trl")
 

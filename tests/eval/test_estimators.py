@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from eval.estimators import (
+from lego.eval.estimators import (
     bootstrap_ci,
     mean_pass_at_k,
     paired_bootstrap,

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eval.cli import eval_group, load_tasks, parse_policies, run_defaults
-from eval.matrix import assign_bases, cell_metrics
-from eval.report import render, render_dir
-from eval.results import CHECKPOINT_META_FILE, EvalSpec, SampleKey, SampleResult, read_checkpoint_meta
-from eval.runner import run_eval
+from lego.conductor.cli.eval import eval_group, load_tasks, parse_policies, run_defaults
 from lego.errors import ConfigError
+from lego.eval.matrix import assign_bases, cell_metrics
+from lego.eval.report import render, render_dir
+from lego.eval.results import CHECKPOINT_META_FILE, EvalSpec, SampleKey, SampleResult, read_checkpoint_meta
+from lego.eval.runner import run_eval
 from lego.types import GradeResult, Segment, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -139,7 +139,7 @@ def test_cli_options_and_task_loading(tmp_path: Path) -> None:
 
 
 def test_from_run_evaluates_the_latest_checkpoint_against_the_start_with_the_runs_settings(tmp_path: Path) -> None:
-    from lego.cli.basic import to_toml
+    from lego.conductor.cli.basic import to_toml
     from lego.config import load_config
 
     run = tmp_path / "run"
@@ -153,7 +153,7 @@ def test_from_run_evaluates_the_latest_checkpoint_against_the_start_with_the_run
         run_defaults(tmp_path)
 
     step = run / "checkpoints" / "step_000002"
-    for name in ("trainer_state.json", "optimizer.pt"):  # what marks a checkpoint complete (lego.checkpoint)
+    for name in ("trainer_state.json", "optimizer.pt"):  # what marks a checkpoint complete (lego.conductor.checkpoint)
         (step / name).write_text("{}")
     (run / "checkpoints" / "latest").write_text("step_000002")
     got = run_defaults(run)
@@ -171,7 +171,7 @@ def test_from_run_evaluates_the_latest_checkpoint_against_the_start_with_the_run
 
 
 def test_a_zeroed_reward_never_passes_and_cells_say_who_failed() -> None:
-    from eval.matrix import summarize_cell
+    from lego.eval.matrix import summarize_cell
 
     key = SampleKey(policy="p", harness="h", task_id="t", sample=0, seed=1)
     resolved = GradeResult(reward=1.0, resolved=True)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from eval.results import EvalSpec, PolicySpec, SampleKey, SampleResult, load_results, sample_path
-from eval.runner import collect_samples, run_eval
 from lego.errors import ResumeError
+from lego.eval.results import EvalSpec, PolicySpec, SampleKey, SampleResult, load_results, sample_path
+from lego.eval.runner import collect_samples, run_eval
 from lego.io import read_jsonl
 from lego.types import Task
 
@@ -124,7 +124,7 @@ def _cli(out: Path, tasks: Path, calls: Path, sleep: str) -> subprocess.Popen[by
         "LEGO_TEST_CALLS_LOG": str(calls),
         "LEGO_TEST_SAMPLE_SLEEP": sleep,
     }
-    argv = [sys.executable, "-m", "lego.cli.main", "eval", "--policy", "oracle", "--policy", "base=m",
+    argv = [sys.executable, "-m", "lego.conductor.cli.main", "eval", "--policy", "oracle", "--policy", "base=m",
             "--policy", "rl=ck", "--base", "rl=base", "--harness", "h1", "--harness", "h2",
             "--harness", "h3", "--tasks", f"{tasks}:heldout", "--samples", "2", "--seed", "11",
             "--concurrency", "3", "--bootstrap", "300", "--out", str(out),

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eval.train_report import group_metrics, load_metrics, write_train_report
-from lego.cli.train import report
+from lego.conductor.cli.train import report
 from lego.errors import ConfigError
+from lego.eval.train_report import group_metrics, load_metrics, write_train_report
 from lego.io import append_jsonl, atomic_write_text
 from lego.types import GradeResult, Segment, StepMetrics, Trajectory
 

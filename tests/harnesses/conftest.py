@@ -25,7 +25,7 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
 
 @pytest.fixture(scope="module")
 def proxy(tiny_model_dir: Path, chat_format: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from proxies.server import ProxyServer
+    from lego.proxies.server import ProxyServer
 
     scorer = TransformersEngine(tiny_model_dir)
     engine = OracleEngine(chat_format, scorer)

@@ -15,8 +15,8 @@ __all__ = ["run_one"]
 
 def run_one(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> dict[str, Any]:
     """One rollout of ``harness`` on ``task``; returns its result, grade and trajectory."""
-    from sandboxes.grading import grade
-    from sandboxes.local import LocalSandbox
+    from lego.sandboxes.grading import grade
+    from lego.sandboxes.local import LocalSandbox
 
     sid = f"{harness.name}-{uuid.uuid4().hex[:8]}"
     answer = task.patch if proxy.takes_answer else None  # the gold patch reaches the oracle engine only

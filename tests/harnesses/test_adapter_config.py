@@ -8,15 +8,15 @@ import tomllib
 
 import pytest
 
-from harnesses.aider import AiderHarness
-from harnesses.base import HARNESSES, get_harness, result_from_exec
-from harnesses.claude_code import ClaudeCodeHarness
-from harnesses.codex import KEY_VAR, CodexHarness
-from harnesses.install import InstallSpec
-from harnesses.mini_swe_agent import MiniSweAgentHarness
-from harnesses.opencode import OpenCodeHarness
-from harnesses.openhands import OpenHandsHarness
 from lego.errors import ConfigError
+from lego.harnesses.aider import AiderHarness
+from lego.harnesses.base import HARNESSES, get_harness, result_from_exec
+from lego.harnesses.claude_code import ClaudeCodeHarness
+from lego.harnesses.codex import KEY_VAR, CodexHarness
+from lego.harnesses.install import InstallSpec
+from lego.harnesses.mini_swe_agent import MiniSweAgentHarness
+from lego.harnesses.opencode import OpenCodeHarness
+from lego.harnesses.openhands import OpenHandsHarness
 from lego.seams import Harness
 from lego.types import Endpoint, ExecResult, HarnessLimits, Task
 
@@ -142,7 +142,7 @@ def test_openhands_env_and_binds() -> None:
     h = OpenHandsHarness()
     assert h.environment(EP, HOME)["LLM_API_KEY"] == "k-1"
     binds = [str(p) for p in h.ro_binds()]
-    assert binds[0].endswith("harnesses/openhands") and binds[1] == "/root/.pyenv/versions/3.12.1"
+    assert binds[0].endswith("lego/harnesses/openhands") and binds[1] == "/root/.pyenv/versions/3.12.1"
 
 
 def test_exit_mapping() -> None:

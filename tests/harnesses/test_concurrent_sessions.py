@@ -3,7 +3,7 @@ rollouts at once, each with its own sandbox, session and token.
 
 Every harness installed here, the oracle engine (logprobs from the tiny model), eight held-out
 built-in tasks with pairwise different problem statements, concurrency 8, through
-:meth:`lego.rollout.RolloutRunner.run_many` as training and eval run them. Acceptance: every rollout
+:meth:`lego.conductor.rollout.RolloutRunner.run_many` as training and eval run them. Acceptance: every rollout
 ends ``completed`` with reward 1, and each session's recorded conversation holds its own task's
 problem statement and no other task's. An adapter that kept per-rollout state on itself (its
 environment, its home, its config paths) sends one rollout's harness to another rollout's session:
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harnesses.install import installed
+from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.config import load_config
-from lego.rollout import Policy, RolloutOptions, RolloutRunner
+from lego.harnesses.install import installed
 from lego.types import Task, Trajectory
 
 pytestmark = [pytest.mark.harness, pytest.mark.slow]
@@ -31,7 +31,7 @@ HARNESS_NAMES = ["lego-agent", "mini-swe-agent", "aider", "opencode", "claude-co
 @pytest.fixture(scope="module")
 def tasks() -> list[Task]:
     """The first eight held-out tasks whose problem statements differ (two tasks may share one)."""
-    from eval.cli import load_tasks
+    from lego.conductor.cli.eval import load_tasks
 
     picked: list[Task] = []
     for task in load_tasks("builtin:heldout", 40):

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from rollout_helpers import run_one
 
-from harnesses.claude_code import ClaudeCodeHarness
-from harnesses.codex import CodexHarness
-from harnesses.install import installed
-from harnesses.intercept import ADDON, PROVIDER_HOSTS, Interceptor
+from lego.harnesses.claude_code import ClaudeCodeHarness
+from lego.harnesses.codex import CodexHarness
+from lego.harnesses.install import installed
+from lego.harnesses.intercept import ADDON, PROVIDER_HOSTS, Interceptor
 from lego.types import Endpoint, HarnessLimits, Task
 
 pytestmark = pytest.mark.harness

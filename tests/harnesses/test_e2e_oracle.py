@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from rollout_helpers import run_one
 
-from harnesses.base import get_harness
-from harnesses.install import installed
 from lego.config import SandboxConfig
+from lego.harnesses.base import get_harness
+from lego.harnesses.install import installed
 from lego.types import Endpoint, HarnessLimits, Task
 
 pytestmark = pytest.mark.harness
@@ -53,7 +53,7 @@ def test_oracle_rollout_grades_reward_1(name: str, task: Task, proxy: Any) -> No
 
 
 def test_a_crashing_harness_is_a_harness_error_and_the_next_rollout_is_unaffected(task: Task, proxy: Any) -> None:
-    from sandboxes.local import LocalSandbox
+    from lego.sandboxes.local import LocalSandbox
 
     harness = get_harness("lego-agent")
     sandbox = LocalSandbox(task, SandboxConfig(), proxy_uds=Path(proxy.uds))

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from harnesses.base import get_harness
-from harnesses.install import installed
-from harnesses.lego_agent_adapter import LegoAgentHarness
-from harnesses.opencode import OpenCodeHarness
 from lego.config import ProxyConfig, SandboxConfig
 from lego.engines.transformers_engine import TransformersEngine
+from lego.harnesses.base import get_harness
+from lego.harnesses.install import installed
+from lego.harnesses.lego_agent_adapter import LegoAgentHarness
+from lego.harnesses.opencode import OpenCodeHarness
 from lego.seams import Harness
 from lego.types import Endpoint, HarnessLimits, Task
 
@@ -42,7 +42,7 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
 
 @pytest.fixture(scope="module")
 def proxy(tiny_model_dir: Path, chat_format: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from proxies.server import ProxyServer
+    from lego.proxies.server import ProxyServer
 
     engine = TransformersEngine(tiny_model_dir, seed=0)
     sock = tmp_path_factory.mktemp("policy-proxy") / "proxy.sock"
@@ -54,7 +54,7 @@ def proxy(tiny_model_dir: Path, chat_format: Any, tmp_path_factory: pytest.TempP
 
 
 def rollout(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> tuple[Any, Any]:
-    from sandboxes.local import LocalSandbox
+    from lego.sandboxes.local import LocalSandbox
 
     sid = f"{harness.name}-{uuid.uuid4().hex[:8]}"
     proxy.open_session(sid, training=True, temperature=1.0)

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from harnesses.lego_agent.agent import NO_TOOL_CALL_FEEDBACK, Agent, Tools, parse_args, truncate
+from lego.harnesses.lego_agent.agent import NO_TOOL_CALL_FEEDBACK, Agent, Tools, parse_args, truncate
 
 
 def tools(tmp_path: Path, limit: int = 8000) -> Tools:
@@ -107,7 +107,7 @@ FORMAT_1_SHA256 = "1fb3590ef0d0029bdf948fa816b1df7f10316cc88ff6f9cae2142813eb326
 def test_message_format_is_pinned_to_its_version() -> None:
     import hashlib
 
-    from harnesses.lego_agent.agent import FORMAT_VERSION, SYSTEM_PROMPT, TASK_TEMPLATE, TOOLS
+    from lego.harnesses.lego_agent.agent import FORMAT_VERSION, SYSTEM_PROMPT, TASK_TEMPLATE, TOOLS
 
     blob = json.dumps([SYSTEM_PROMPT, TASK_TEMPLATE, NO_TOOL_CALL_FEEDBACK, TOOLS], sort_keys=True).encode()
     assert (FORMAT_VERSION, hashlib.sha256(blob).hexdigest()) == (1, FORMAT_1_SHA256)

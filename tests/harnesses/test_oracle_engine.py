@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harnesses.lego_agent.agent import TOOLS
 from lego.engines.oracle import OracleEngine, apply_command
 from lego.engines.transformers_engine import TransformersEngine
 from lego.errors import EngineError
+from lego.harnesses.lego_agent.agent import TOOLS
 from lego.types import RequestContext, SamplingParams
 
 PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n"

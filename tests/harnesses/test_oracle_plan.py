@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from harnesses.lego_agent.agent import TOOLS as LEGO_TOOLS
 from lego.engines.oracle import (
     MINI_SUBMIT,
     OracleReply,
@@ -18,6 +17,7 @@ from lego.engines.oracle import (
     plan_reply,
     search_replace_blocks,
 )
+from lego.harnesses.lego_agent.agent import TOOLS as LEGO_TOOLS
 from lego.types import RequestContext
 
 PATCH = "\n".join(

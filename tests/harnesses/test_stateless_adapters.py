@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from harnesses.base import HARNESSES, get_harness
-from harnesses.install import installed
 from lego.config import SandboxConfig
+from lego.harnesses.base import HARNESSES, get_harness
+from lego.harnesses.install import installed
 from lego.seams import Harness
 from lego.types import Endpoint, Task
 
@@ -39,7 +39,7 @@ def _endpoint(sandbox: Any, sid: str) -> Endpoint:
 
 @pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}{'-intercept' if o else ''}" for n, o in VARIANTS])
 def test_prepare_leaves_the_adapter_unchanged(name: str, options: dict[str, Any], task: Task, proxy: Any) -> None:
-    from sandboxes.local import LocalSandbox
+    from lego.sandboxes.local import LocalSandbox
 
     if name != "lego-agent" and installed(name) is None:
         pytest.skip(f"{name} is not installed; run `lego harness install {name}`")

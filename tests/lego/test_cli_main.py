@@ -7,11 +7,13 @@ import sys
 
 from click.testing import CliRunner
 
-from lego.cli.main import cli
+from lego.conductor.cli.main import cli
 
 
 def _lego(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lego.cli.main", *args], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "lego.conductor.cli.main", *args], capture_output=True, text=True, check=False
+    )
 
 
 def test_help_lists_every_command() -> None:

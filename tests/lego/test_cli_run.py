@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from lego.cli.main import cli
+from lego.conductor.cli.main import cli
 
 
 def test_lego_run_prints_the_label_with_its_cause(tiny_model_dir: Path, tmp_path: Path) -> None:

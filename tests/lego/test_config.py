@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lego.cli.basic import to_toml
+from lego.conductor.cli.basic import to_toml
 from lego.config import LegoConfig, apply_overrides, load_config, validate_config
 from lego.errors import ConfigError
 

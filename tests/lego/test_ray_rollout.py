@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.config import load_config
 from lego.errors import ConfigError
-from lego.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.types import Task, Trajectory
 from tests.lego.calc_task import make_calc_tasks
 
@@ -90,7 +90,7 @@ def _shape(traj: Trajectory) -> dict[str, Any]:
 def test_ray_rollouts_solve_the_task_with_the_threads_backends_fields(
     ray_cluster: None, runner: RolloutRunner, tasks: list[Task]
 ) -> None:
-    from lego.ray_rollout import ray_runner
+    from lego.conductor.ray_rollout import ray_runner
 
     backend = ray_runner(runner)
     assert ray_runner(runner) is backend  # one TCP listener per runner, not one per step
@@ -119,7 +119,7 @@ def test_ray_rollouts_solve_the_task_with_the_threads_backends_fields(
 def test_an_unreachable_proxy_is_a_labelled_failure_not_a_crash(
     ray_cluster: None, runner: RolloutRunner, tasks: list[Task]
 ) -> None:
-    from lego.ray_rollout import run_rollout_task
+    from lego.conductor.ray_rollout import run_rollout_task
 
     # a worker whose forwarder dials a closed port: the harness cannot reach the policy
     outcome = ray.get(
@@ -151,8 +151,8 @@ def test_without_ray_the_backend_says_how_to_get_it(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_training_step_runs_its_rollouts_on_ray(ray_cluster: None, tiny_model_dir: Path, tmp_path: Path) -> None:
+    from lego.conductor.loop import train
     from lego.io import read_jsonl
-    from lego.train import train
 
     overrides = [
         f"tasks.source={make_calc_tasks(tmp_path / 'tasks')}",

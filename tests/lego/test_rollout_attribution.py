@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.config import LegoConfig, SandboxConfig
 from lego.errors import EngineUnavailableError
-from lego.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.types import Generation, RequestContext, SamplingParams, Task, Trajectory
 from tests.lego.calc_task import make_calc_task
 from tests.proxies.conftest import ScriptedEngine
@@ -51,7 +51,7 @@ class DownableEngine(ScriptedEngine):
 @pytest.fixture(scope="module")
 def served(tiny_model_dir: Path, chat_format: Any) -> Iterator[tuple[Policy, DownableEngine]]:
     from lego.engines.transformers_engine import TransformersEngine
-    from proxies.server import ProxyServer
+    from lego.proxies.server import ProxyServer
 
     real = TransformersEngine(tiny_model_dir, device="cpu", max_batch_size=4, seed=0)
     engine = DownableEngine(real, chat_format)
@@ -155,8 +155,8 @@ def test_no_agent_process_outlives_the_harness_to_finish_the_work(served: Any, t
 
 
 def test_the_hack_scan_reads_every_generation_not_only_the_final_history(served: Any) -> None:
+    from lego.sandboxes.guards import scan_hack_signatures
     from lego.types import Segment
-    from sandboxes.guards import scan_hack_signatures
 
     policy, _ = served
     runner = RolloutRunner(_cfg(), policy)

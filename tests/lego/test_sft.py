@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from harnesses.lego_agent.agent import FORMAT_VERSION, SYSTEM_PROMPT, TOOLS
-from lego.sft import Example, SFTConfig, masked_loss, tokenize, train_sft
-from lego.sft_data import conversation_for, generate, gold_file_patch, replay, task_repo_copy
+from lego.conductor.sft import Example, SFTConfig, masked_loss, tokenize, train_sft
+from lego.conductor.sft_data import conversation_for, generate, gold_file_patch, replay, task_repo_copy
+from lego.harnesses.lego_agent.agent import FORMAT_VERSION, SYSTEM_PROMPT, TOOLS
+from lego.sandboxes.layout import REPO_DIR
+from lego.sandboxes.tasks.sources import BuiltinSource
 from lego.types import Task
-from sandboxes.layout import REPO_DIR
-from sandboxes.tasks.sources import BuiltinSource
 
 # One task per kind of edit the generator must handle: a changed line, an added branch, a constant.
 TASK_IDS = ["lego-builtin__intervalset-0001", "lego-builtin__matrix-0021", "lego-builtin__roman-0007"]
@@ -81,7 +81,7 @@ def test_a_recovery_conversation_exists_in_a_larger_sample(tasks: list[Task]) ->
 
 
 def test_final_state_passes_the_hidden_tests(tasks: list[Task], conversations: list[dict[str, Any]]) -> None:
-    from sandboxes.grading import grade
+    from lego.sandboxes.grading import grade
 
     _, diff = replay(conversations[0], tasks[0])
     result = grade(tasks[0], diff)
@@ -155,7 +155,7 @@ def test_masked_loss_counts_only_assistant_positions(tiny_model_dir: Path) -> No
 
 
 def test_sft_help() -> None:
-    from lego.cli.main import cli
+    from lego.conductor.cli.main import cli
 
     result = CliRunner().invoke(cli, ["sft", "--help"])
     assert result.exit_code == 0, result.output
@@ -166,8 +166,8 @@ def test_sft_help() -> None:
 def test_run_sft_writes_a_loadable_model(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
+    from lego.conductor.sft import run_sft
     from lego.models.chat import ChatFormat
-    from lego.sft import run_sft
 
     out = run_sft(SFTConfig(limit=2, variants=1, steps=1, batch=1, window=256), tmp_path / "warm", quiet=True)
     meta = json.loads((out / "lego_sft.json").read_text())

@@ -10,7 +10,7 @@ import pytest
 
 @pytest.mark.slow
 def test_bench_learn_writes_before_after_and_plot(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from eval.bench.learn import run_bench
+    from lego.conductor.bench.learn import run_bench
 
     overrides = (
         f"engine.model={tiny_model_dir}",
@@ -32,7 +32,7 @@ def test_bench_learn_writes_before_after_and_plot(tiny_model_dir: Path, tmp_path
 
 
 def test_pick_checkpoint_takes_the_last_one_saved_within_the_budget(tmp_path: Path) -> None:
-    from eval.bench.learn import pick_checkpoint
+    from lego.conductor.bench.learn import pick_checkpoint
 
     ckpts = tmp_path / "checkpoints"
     for step in (15, 16):

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import torch
 
+from lego.conductor.single_turn import SingleTurnLoop
+from lego.conductor.trainer import Trainer
 from lego.config import LegoConfig, ProxyConfig
 from lego.engines.transformers_engine import TransformersEngine
 from lego.models.chat import ChatFormat
-from lego.single_turn import SingleTurnLoop
-from lego.trainer import Trainer
-from proxies.server import ProxyServer
+from lego.proxies.server import ProxyServer
 
 G, MAX_TOKENS = 3, 6
 PROMPTS = [

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from lego.conductor.loop import train
 from lego.config import load_config
 from lego.errors import ConfigError, FidelityError, ResumeError
 from lego.io import read_jsonl
-from lego.train import train
 from tests.lego.calc_task import make_calc_tasks
 
 pytestmark = pytest.mark.slow
@@ -79,7 +79,7 @@ def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path
 
 def test_sigkill_then_resume_loses_and_repeats_no_step(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "lego.cli.main", "train"]
+    args = [sys.executable, "-m", "lego.conductor.cli.main", "train"]
     for o in _overrides(tasks, tiny_model_dir, out, steps=3):
         args += ["-o", o]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -145,7 +145,7 @@ def test_lora_run_checkpoints_are_loadable_models(tasks: Path, tiny_model_dir: P
 
 
 def test_step_metrics_count_the_reward_and_who_failed() -> None:
-    from lego.train import step_metrics
+    from lego.conductor.loop import step_metrics
     from lego.types import GradeResult, Trajectory
 
     resolved = GradeResult(reward=1.0, resolved=True)

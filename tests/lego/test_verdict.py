@@ -1,4 +1,4 @@
-"""The attribution rule and the reward-zeroing rule, case by case (lego.verdict; pure functions).
+"""The attribution rule and the reward-zeroing rule, case by case (lego.conductor.verdict; pure functions).
 
 The end-to-end versions of the same cases, through a real sandbox, are in test_rollout_attribution.py.
 """
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from lego.conductor.verdict import attribute, zeroing_reasons
 from lego.types import GradeResult
-from lego.verdict import attribute, zeroing_reasons
 
 
 def _attribute(**kw: Any) -> tuple[str, bool, str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from lego.cli.main import cli
+from lego.conductor.cli.main import cli
 
 
 def test_build_tiny_then_generate(tmp_path: Path, tiny_model_dir: Path) -> None:

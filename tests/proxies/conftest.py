@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from lego.config import ProxyConfig
+from lego.proxies.server import ProxyServer
 from lego.types import Generation, RequestContext, SamplingParams
-from proxies.server import ProxyServer
 
 
 class ScriptedEngine:

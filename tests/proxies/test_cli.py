@@ -30,7 +30,7 @@ def test_lego_proxy_prints_urls_serves_and_stops_on_signal(
     cmd = [
         sys.executable,
         "-m",
-        "lego.cli.main",
+        "lego.conductor.cli.main",
         "proxy",
         "--model",
         str(tiny_model_dir),

@@ -22,8 +22,8 @@ import pytest
 
 from lego.config import ProxyConfig
 from lego.engines.oracle import OracleEngine
+from lego.proxies.server import ProxyServer
 from lego.types import Generation, RequestContext, SamplingParams
-from proxies.server import ProxyServer
 from tests.proxies.conftest import ScriptedEngine
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

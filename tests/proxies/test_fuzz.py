@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from lego.config import ProxyConfig
-from proxies.server import ProxyServer
+from lego.proxies.server import ProxyServer
 
 GOOD_CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 GOOD_MSG = {"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}

@@ -14,9 +14,9 @@ import httpx
 import openai
 import pytest
 
-from lego.batching import items_from_trajectories
+from lego.conductor.items import items_from_trajectories
+from lego.proxies.server import ProxyServer
 from lego.types import MainThreadSpec, Trajectory
-from proxies.server import ProxyServer
 
 BILLING = {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.18b; cc_entrypoint=sdk-cli;"}
 MAIN_SYSTEM = [BILLING, {"type": "text", "text": "You are a Claude agent, built on Anthropic's Claude Agent SDK."}]

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 
 from lego.config import ProxyConfig
-from proxies.server import ProxyServer
+from lego.proxies.server import ProxyServer
 
 
 def test_cap_bounds_a_request_that_asks_for_more(tiny_engine: Any, chat_format: Any) -> None:

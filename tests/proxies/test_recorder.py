@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from lego.proxies.recorder import SessionRecorder
 from lego.types import Generation, MainThreadSpec
-from proxies.recorder import SessionRecorder
 
 TOOLS = [
     {
@@ -131,7 +131,7 @@ def test_tools_growing_mid_conversation_continue_the_thread_as_a_new_segment(cha
 
 def _claude_code(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A Claude Code request body as the proxy's Anthropic route hands it to the recorder."""
-    from proxies.anthropic_messages import MessagesRequest, to_chat_request
+    from lego.proxies.anthropic_messages import MessagesRequest, to_chat_request
 
     req = to_chat_request(MessagesRequest.model_validate(body))
     return req.messages, req.tools

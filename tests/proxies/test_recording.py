@@ -14,8 +14,8 @@ import openai
 import pytest
 
 from lego.config import ProxyConfig
+from lego.proxies.server import ProxyServer
 from lego.types import Segment
-from proxies.server import ProxyServer
 
 BASH = {
     "type": "function",

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from proxies.server import ProxyServer
+from lego.proxies.server import ProxyServer
 
 BASH = {
     "type": "function",

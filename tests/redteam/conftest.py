@@ -22,7 +22,7 @@ holds whichever defence lands. What each file covers:
                         with the hidden tests, a repo git cannot diff) stay the policy's, reward 0.
 * ``test_persistence``  daemons that write the fix or call the model after the harness returned.
 
-This file builds the path once per module: ``redteam`` (a :class:`~lego.rollout.Policy` around
+This file builds the path once per module: ``redteam`` (a :class:`~lego.conductor.rollout.Policy` around
 the scripted engine, served by the real proxy on a Unix socket in a private temp dir, exactly as
 ``Policy.start`` serves one) and the calc ``task`` whose gold patch carries a unique marker.
 """
@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
+from lego.conductor.rollout import Policy
 from lego.config import LegoConfig
-from lego.rollout import Policy
 from lego.types import Task
 from tests.redteam.helpers import RedTeam, RoutedScriptEngine, marked_task
 from tests.sandboxes.sbx_fixtures import make_task
@@ -48,7 +48,7 @@ from tests.sandboxes.sbx_fixtures import make_task
 def redteam(tiny_model_dir: Path, chat_format: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedTeam]:
     """A served scripted policy and the config its rollouts run under (module-scoped: one proxy)."""
     from lego.engines.transformers_engine import TransformersEngine
-    from proxies.server import ProxyServer
+    from lego.proxies.server import ProxyServer
 
     real = TransformersEngine(tiny_model_dir, device="cpu", max_batch_size=8, seed=0)
     engine = RoutedScriptEngine(real, chat_format)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.config import LegoConfig, SandboxConfig
-from lego.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.types import Generation, RequestContext, SamplingParams, Task, Trajectory
 from tests.proxies.conftest import ScriptedEngine
 from tests.sandboxes.sbx_fixtures import LIB_BUGGY

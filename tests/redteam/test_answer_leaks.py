@@ -56,7 +56,7 @@ def test_trajectory_export_is_not_on_the_model_face(redteam: RedTeam, task: Task
 
 def test_another_session_by_id(redteam: RedTeam, task: Task, victim_task: Task) -> None:
     """Even knowing a concurrent rollout's session id, the agent can neither read, drive nor delete it."""
-    from lego.rollout import RolloutOptions, RolloutRunner
+    from lego.conductor.rollout import RolloutOptions, RolloutRunner
 
     runner = RolloutRunner(redteam.cfg, redteam.policy)
     opened = runner.open_session(victim_task, "lego-agent", RolloutOptions(max_turns=5))

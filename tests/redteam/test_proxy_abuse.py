@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from lego.rollout import RolloutOptions, RolloutRunner
+from lego.conductor.rollout import RolloutOptions, RolloutRunner
 from lego.types import Task
 from tests.redteam.helpers import (
     FIX,

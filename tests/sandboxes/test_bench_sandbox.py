@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from eval.bench.sandbox import command
+from lego.conductor.bench.sandbox import command
 
 
 def test_bench_sandbox_writes_report(tmp_path: Path) -> None:

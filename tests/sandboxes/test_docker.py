@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from lego.config import SandboxConfig
+from lego.sandboxes.factory import create_sandbox
+from lego.sandboxes.grading import grade
 from lego.seams import Sandbox
 from lego.types import Task
-from sandboxes.factory import create_sandbox
-from sandboxes.grading import grade
 
 pytestmark = pytest.mark.docker
 
@@ -26,7 +26,7 @@ IMAGE = os.environ.get("LEGO_DOCKER_TEST_IMAGE", "lego-test-bookworm:latest")
 @pytest.fixture(scope="module")
 def client() -> Any:
     try:
-        from sandboxes.docker import docker_client
+        from lego.sandboxes.docker import docker_client
 
         c = docker_client()
         c.images.get(IMAGE)
@@ -121,7 +121,7 @@ def test_image_repo_history_is_stripped(client: Any, cfg: SandboxConfig) -> None
 
 
 def test_cleanup_leftovers(client: Any, cfg: SandboxConfig, calc_task: Task) -> None:
-    from sandboxes.docker import DockerSandbox, cleanup_leftovers
+    from lego.sandboxes.docker import DockerSandbox, cleanup_leftovers
 
     box = DockerSandbox(calc_task, cfg, run_id="leftover-test")
     box._closed = True  # simulate a crashed run that never closed its sandbox

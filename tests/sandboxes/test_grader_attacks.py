@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from lego.config import SandboxConfig
+from lego.sandboxes.grading import grade
+from lego.sandboxes.local import LocalSandbox
 from lego.types import GradeResult, Task
-from sandboxes.grading import grade
-from sandboxes.local import LocalSandbox
 
 
 @pytest.fixture

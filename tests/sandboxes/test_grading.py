@@ -7,8 +7,8 @@ import json
 import pytest
 
 from lego.errors import GradingError
+from lego.sandboxes.grading import grade, verdict
 from lego.types import Task
-from sandboxes.grading import grade, verdict
 
 
 def test_gold_patch_resolves_and_base_does_not(calc_task: Task) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sandboxes.guards import agent_texts, filter_diff, guard_flags, scan_hack_signatures, split_diff, tamper_reason
+from lego.sandboxes.guards import agent_texts, filter_diff, guard_flags, scan_hack_signatures, split_diff, tamper_reason
 
 
 @pytest.mark.parametrize(

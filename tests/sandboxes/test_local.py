@@ -14,12 +14,12 @@ from sbx_fixtures import git_in, make_task
 
 from lego.config import SandboxConfig
 from lego.errors import SandboxError, TaskError
+from lego.sandboxes.base import descendants
+from lego.sandboxes.factory import create_sandbox
+from lego.sandboxes.guards import verify_history_strip
+from lego.sandboxes.local import REPO_DIR, LocalSandbox
 from lego.seams import Sandbox
 from lego.types import Task
-from sandboxes.base import descendants
-from sandboxes.factory import create_sandbox
-from sandboxes.guards import verify_history_strip
-from sandboxes.local import REPO_DIR, LocalSandbox
 
 
 def _alive(pid: int) -> bool:
@@ -153,7 +153,7 @@ def test_missing_repo_is_a_task_error(calc_task: Task, tmp_path: Path) -> None:
 
 
 def test_cleanup_leftovers_removes_only_dead_sandboxes(calc_task: Task, tmp_path: Path) -> None:
-    from sandboxes.local import cleanup_leftovers
+    from lego.sandboxes.local import cleanup_leftovers
 
     cfg = SandboxConfig(workdir=str(tmp_path))
     live, dead = LocalSandbox(calc_task, cfg), LocalSandbox(calc_task, cfg)
@@ -176,7 +176,7 @@ def test_repo_and_temp_space_share_one_disk_budget(calc_task: Task) -> None:
 
 
 def test_output_flood_and_closed_pipes_cannot_hang_or_exhaust_the_host(sb: LocalSandbox) -> None:
-    from sandboxes.base import OUTPUT_CAP
+    from lego.sandboxes.base import OUTPUT_CAP
 
     flood = sb.exec("yes lego", timeout=60)
     assert len(flood.stdout) == OUTPUT_CAP and "output exceeded" in flood.stderr and not flood.timed_out

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from lego.config import SandboxConfig
+from lego.sandboxes.base import descendants
+from lego.sandboxes.cgroup import enforcement
+from lego.sandboxes.local import LocalSandbox
 from lego.types import Task
-from sandboxes.base import descendants
-from sandboxes.cgroup import enforcement
-from sandboxes.local import LocalSandbox
 
 
 @pytest.fixture

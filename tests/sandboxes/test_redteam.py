@@ -18,11 +18,11 @@ import pytest
 from sbx_fixtures import git_in, make_task
 
 from lego.config import SandboxConfig
+from lego.sandboxes.base import descendants
+from lego.sandboxes.grading import grade
+from lego.sandboxes.guards import guard_flags
+from lego.sandboxes.local import LocalSandbox
 from lego.types import GradeResult, Task
-from sandboxes.base import descendants
-from sandboxes.grading import grade
-from sandboxes.guards import guard_flags
-from sandboxes.local import LocalSandbox
 
 
 @pytest.fixture

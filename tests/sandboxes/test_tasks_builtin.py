@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from lego.conductor.cli.tasks import tasks_group
+from lego.sandboxes.tasks import builtin
+from lego.sandboxes.tasks.diffs import patch_files
+from lego.sandboxes.tasks.materialize import materialize_repo
+from lego.sandboxes.tasks.sources import BuiltinSource
+from lego.sandboxes.tasks.statements import fixed_lines
+from lego.sandboxes.tasks.validate import validate_task
 from lego.types import Task
-from sandboxes.cli import tasks_group
-from sandboxes.tasks import builtin
-from sandboxes.tasks.diffs import patch_files
-from sandboxes.tasks.materialize import materialize_repo
-from sandboxes.tasks.sources import BuiltinSource
-from sandboxes.tasks.statements import fixed_lines
-from sandboxes.tasks.validate import validate_task
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_validate_one_task_per_library_without_sandbox(records: list[Task], isol
 
 
 def test_validate_one_task_in_the_real_sandbox(records: list[Task], isolated_cache: Path):
-    from sandboxes.factory import create_sandbox  # noqa: F401  (the grader's backend must import)
+    from lego.sandboxes.factory import create_sandbox  # noqa: F401  (the grader's backend must import)
 
     if subprocess.run(["which", "bwrap"], capture_output=True).returncode != 0:
         pytest.skip("bubblewrap is not installed")

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from lego.conductor.cli.tasks import tasks_group
+from lego.sandboxes.tasks import starter
+from lego.sandboxes.tasks.sources import StarterSource, load_source
+from lego.sandboxes.tasks.validate import validate_task
 from lego.types import Task
-from sandboxes.cli import tasks_group
-from sandboxes.tasks import starter
-from sandboxes.tasks.sources import StarterSource, load_source
-from sandboxes.tasks.validate import validate_task
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import asyncio
 import pytest
 
 from lego.algos import PEARSON, fidelity_metrics
-from lego.trainer import Trainer, TrainItem
+from lego.conductor.trainer import Trainer, TrainItem
+from lego.conductor.weight_sync import sync_weights
 from lego.types import SamplingParams, Segment
-from lego.weight_sync import sync_weights
 
 engines = pytest.importorskip("lego.engines.transformers_engine")
 

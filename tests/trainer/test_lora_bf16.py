@@ -5,8 +5,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lego.algos import PEARSON
-from lego.checkpoint import load_latest
-from lego.trainer import Trainer
+from lego.conductor.checkpoint import load_latest
+from lego.conductor.trainer import Trainer
 
 
 def _lora_cfg(make_config, **kw):

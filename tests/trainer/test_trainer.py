@@ -3,8 +3,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lego.algos import PEARSON
+from lego.conductor.trainer import Trainer, TrainItem, items_from_trajectories
 from lego.errors import FidelityError
-from lego.trainer import Trainer, TrainItem, items_from_trajectories
 from lego.types import Trajectory
 
 

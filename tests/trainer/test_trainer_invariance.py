@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lego.algos import token_weights
-from lego.trainer import Trainer, TrainItem
+from lego.conductor.trainer import Trainer, TrainItem
 from lego.types import Segment
 
 
@@ -39,7 +39,7 @@ def test_first_update_is_the_plain_policy_gradient(model_dir, items, make_config
         got = _grads(trainer)
         trainer.optimizer.zero_grad()
         # −A·∇log π, aggregated the same way (seq-mean-token-mean over episodes), one batch
-        from lego.batching import PaddedBatch as _MicroBatch
+        from lego.conductor.items import PaddedBatch as _MicroBatch
 
         mb = _MicroBatch(items, trainer.device)
         logp, _ = trainer._token_logp(mb)

@@ -16,9 +16,9 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 from transformers import AutoModelForCausalLM
 
+from lego.conductor.trainer import Trainer
+from lego.conductor.weight_sync import VLLMWeightSync, sync_weights
 from lego.errors import EngineError, EngineUnavailableError
-from lego.trainer import Trainer
-from lego.weight_sync import VLLMWeightSync, sync_weights
 
 
 class InProcessEngine:

@@ -1,0 +1,121 @@
+"""`lego`: the command-line entry point.
+
+Commands are imported lazily (``LazyGroup``) so `lego --help` stays fast and a command whose
+optional dependency is missing fails only when used. Every command that fails on bad input prints
+what was wrong and how to fix it, and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from lego import __version__
+from lego.errors import ConfigError, LegoError
+
+# name -> "module:attr"; each module defines one click command or group.
+COMMANDS: dict[str, str] = {
+    "version": "lego.conductor.cli.basic:version",
+    "doctor": "lego.conductor.cli.doctor:doctor",
+    "config": "lego.conductor.cli.basic:config_group",
+    "models": "lego.conductor.cli.models:models_group",
+    "generate": "lego.conductor.cli.models:generate",
+    "proxy": "lego.conductor.cli.proxy:proxy",
+    "tasks": "lego.conductor.cli.tasks:tasks_group",
+    "harness": "lego.conductor.cli.harness:harness_group",
+    "run": "lego.conductor.cli.run:run",
+    "sft": "lego.conductor.cli.sft:sft",
+    "train": "lego.conductor.cli.train:train",
+    "report": "lego.conductor.cli.train:report",
+    "eval": "lego.conductor.cli.eval:eval_group",
+    "bench": "lego.conductor.cli.bench:bench_group",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module_name, _, attr = self.lazy[cmd_name].partition(":")
+            try:
+                cmd = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as exc:
+                return _unavailable(cmd_name, exc)
+            return cmd  # type: ignore[no-any-return]
+        return super().get_command(ctx, cmd_name)
+
+
+def _unavailable(name: str, exc: Exception) -> click.Command:
+    """A placeholder listed in --help for a command whose module failed to import; using it says why."""
+    reason = f"{type(exc).__name__}: {exc}"
+
+    def fail() -> None:
+        raise click.ClickException(f"command {name!r} is unavailable ({reason}); run `lego doctor`")
+
+    return click.Command(name, callback=fail, help=f"(unavailable: {reason})", short_help="(unavailable)")
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="lego")
+def cli() -> None:
+    """lego: harness-native RL for coding agents.
+
+    \b
+    Point any unmodified agent harness at the recording proxy, train the policy with GSPO on
+    SWE tasks graded by hidden tests, and measure how the gain carries across harnesses.
+
+    \b
+    Start here:
+      lego doctor                      what this machine has, and what to install
+      lego train                       RL on the embedded default (tiny policy, CPU, built-in tasks)
+      lego proxy --model PATH          serve a policy to any harness and record token-exact segments
+      lego eval --policy a=PATH ...    the policy x harness matrix with confidence intervals
+    """
+
+
+def _quiet_libraries() -> None:
+    """lego draws its own progress; silence transformers' per-load bars and info logs."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; lego's own errors become a clear message and exit code 2 (bad input) or 1."""
+    _quiet_libraries()
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError | click.BadParameter) else exc.exit_code)
+    except ConfigError as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    except LegoError as exc:
+        click.secho(f"error: {type(exc).__name__}: {exc}", fg="red", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""`lego tasks`: list, show, build and validate SWE task instances.
+
+Sources are named by spec: ``builtin``, ``builtin:train``, ``builtin:heldout``, ``FILE.jsonl`` or
+``FILE.jsonl:SPLIT`` (see :func:`lego.sandboxes.tasks.sources.load_source`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lego.sandboxes.tasks import builtin, starter
+from lego.sandboxes.tasks.sources import BuiltinSource, JsonlSource, load_source
+from lego.types import Task
+
+__all__ = ["tasks_group"]
+
+_err = Console(stderr=True)
+
+
+def _report_errors(source: BuiltinSource | JsonlSource) -> None:
+    errors = getattr(source, "errors", [])
+    for error in errors:
+        _err.print(f"[yellow]skipped:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+    if errors:
+        _err.print(f"[yellow]{len(errors)} malformed line(s) skipped[/]", soft_wrap=True)
+
+
+def _records(source: BuiltinSource | JsonlSource) -> list[Task]:
+    if isinstance(source, BuiltinSource):
+        return source.records()
+    return list(source.tasks())
+
+
+def _title(task: Task) -> str:
+    return task.problem_statement.strip().splitlines()[0][:90] if task.problem_statement.strip() else ""
+
+
+@click.group("tasks")
+def tasks_group() -> None:
+    """SWE task instances: the built-in suite and SWE-bench-format JSONL files."""
+
+
+@tasks_group.command("list")
+@click.argument("source", default="builtin")
+@click.option("--repos-dir", type=click.Path(file_okay=False), help="Where local repos of a JSONL file live.")
+def list_cmd(source: str, repos_dir: str | None) -> None:
+    """One instance per line: id, split, repo, #FAIL_TO_PASS, title."""
+    src = load_source(source, repos_dir=repos_dir)
+    records = _records(src)
+    for task in records:
+        click.echo(f"{task.instance_id}\t{task.split or '-'}\t{task.repo}\t{len(task.FAIL_TO_PASS)}\t{_title(task)}")
+    _report_errors(src)
+    _err.print(f"{len(records)} instance(s)")
+
+
+@tasks_group.command("show")
+@click.argument("instance_id")
+@click.option("--source", "source_spec", default="builtin", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the full record as JSON.")
+def show_cmd(instance_id: str, source_spec: str, as_json: bool) -> None:
+    """Print one instance: statement, gold patch, tests and metadata."""
+    src = load_source(source_spec)
+    task = next((t for t in _records(src) if t.instance_id == instance_id), None) or src.get(instance_id)
+    if as_json:
+        click.echo(json.dumps(task.model_dump(), indent=2))
+        return
+    click.echo(f"# {task.instance_id}  ({task.repo}, split {task.split or '-'}, base {task.base_commit[:12]})")
+    click.echo(f"metadata: {json.dumps(task.metadata, sort_keys=True)}\n")
+    click.echo(task.problem_statement)
+    click.echo("--- gold patch ---")
+    click.echo(task.patch)
+    click.echo(f"FAIL_TO_PASS ({len(task.FAIL_TO_PASS)}):")
+    for test in task.FAIL_TO_PASS:
+        click.echo(f"  {test}")
+    click.echo(
+        f"PASS_TO_PASS: {len(task.PASS_TO_PASS)} tests; hidden test files: {task.metadata.get('hidden_tests', [])}"
+    )
+
+
+@tasks_group.command("build")
+@click.option(
+    "--suite",
+    type=click.Choice(["builtin", "starter"]),
+    default="builtin",
+    show_default=True,
+    help="builtin: mutate the eight libraries and validate each bug with real test runs (minutes). "
+    "starter: generate the small one-module repos the embedded default trains on (seconds).",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed for the order mutation sites are tried in.")
+@click.option("--workers", default=2, show_default=True, help="Concurrent test runs.")
+@click.option("--library", "libraries", multiple=True, type=click.Choice(sorted(builtin.LIBRARIES)), help="Only these.")
+@click.option(
+    "--cap-train", default=builtin.DEFAULT_CAPS["train"], show_default=True, help="Instances per train library."
+)
+@click.option(
+    "--cap-heldout", default=builtin.DEFAULT_CAPS["heldout"], show_default=True, help="Instances per held-out library."
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"Where to write [default: {builtin.INSTANCES_PATH.name} or {starter.STARTER_PATH.name} in the package].",
+)
+def build_cmd(
+    suite: str,
+    seed: int,
+    workers: int,
+    libraries: tuple[str, ...],
+    cap_train: int,
+    cap_heldout: int,
+    output: str | None,
+) -> None:
+    """Regenerate a shipped task suite (deterministic for a given seed)."""
+    if suite == "starter":
+        t0 = time.monotonic()
+        tasks = starter.build_starter(seed=seed)
+        builtin.write_instances(tasks, Path(output or starter.STARTER_PATH))
+        sizes = {s: sum(t.split == s for t in tasks) for s in starter.SPLIT_SIZES}
+        click.echo(
+            f"{len(tasks)} starter instances {sizes} written to {output or starter.STARTER_PATH} "
+            f"in {time.monotonic() - t0:.0f}s"
+        )
+        return
+    output = output or str(builtin.INSTANCES_PATH)
+    names = list(libraries) or sorted(builtin.LIBRARIES)
+    caps = {"train": cap_train, "heldout": cap_heldout}
+    t0 = time.monotonic()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"))
+    with Progress(*columns, TimeElapsedColumn(), console=_err) as progress:
+        bars = {n: progress.add_task(n, total=caps[builtin.LIBRARIES[n]], note="") for n in names}
+
+        def on_progress(name: str, accepted: int, evaluated: int, cap: int) -> None:
+            progress.update(bars[name], completed=accepted, note=f"{evaluated} mutants tried")
+
+        tasks, report = builtin.build_suite(
+            seed=seed, workers=workers, caps=caps, libraries=names, on_progress=on_progress
+        )
+    builtin.write_instances(tasks, Path(output))
+    for name, counts in report.items():
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if k != "instances")
+        click.echo(f"{name:12s} {builtin.LIBRARIES[name]:8s} {counts['instances']:4d} instances  ({detail})")
+    splits: dict[str, int] = {}
+    for task in tasks:
+        splits[task.split] = splits.get(task.split, 0) + 1
+    click.echo(f"{len(tasks)} instances {splits} written to {output} in {time.monotonic() - t0:.0f}s")
+
+
+@tasks_group.command("validate")
+@click.argument("source", default="builtin")
+@click.option("--limit", type=int, default=None, help="Validate only the first N instances.")
+@click.option("--workers", default=2, show_default=True, help="Instances validated concurrently.")
+@click.option("--repos-dir", type=click.Path(file_okay=False), help="Where local repos of a JSONL file live.")
+@click.option(
+    "--no-sandbox",
+    is_flag=True,
+    help="Run tests with plain subprocesses instead of the sandboxed grader (no isolation).",
+)
+def validate_cmd(source: str, limit: int | None, workers: int, repos_dir: str | None, no_sandbox: bool) -> None:
+    """For every instance: the gold patch passes all named tests and the base fails FAIL_TO_PASS."""
+    from lego.sandboxes.tasks.validate import validate_task
+
+    src = load_source(source, repos_dir=repos_dir)
+    records = _records(src)[:limit] if limit else _records(src)
+    _report_errors(src)
+
+    def check(task: Task):  # type: ignore[no-untyped-def]
+        if isinstance(src, BuiltinSource):
+            try:
+                task = src.prepare(task)
+            except Exception as exc:  # a broken repo fails this task only
+                from lego.sandboxes.tasks.validate import TaskValidation
+
+                return TaskValidation(task.instance_id, False, f"{type(exc).__name__}: {exc}")
+        return validate_task(task, use_grader=not no_sandbox)
+
+    failures = []
+    t0 = time.monotonic()
+    columns = (TextColumn("validate"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"))
+    with Progress(*columns, TimeElapsedColumn(), console=_err) as progress:
+        bar = progress.add_task("validate", total=len(records), note="")
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for result in pool.map(check, records):
+                if not result.ok:
+                    failures.append(result)
+                    progress.console.print(f"[red]FAIL[/] {result.instance_id}: {result.reason}", highlight=False)
+                progress.update(bar, advance=1, note=f"{len(failures)} failed")
+    passed = len(records) - len(failures)
+    click.echo(f"{passed}/{len(records)} instances valid ({len(failures)} failed) in {time.monotonic() - t0:.0f}s")
+    if failures or getattr(src, "errors", []):
+        sys.exit(1)

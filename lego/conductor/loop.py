@@ -1,0 +1,380 @@
+"""The RL loop behind `lego train`.
+
+One step = B tasks × G rollouts (bounded concurrency; each a real harness process in a fresh
+sandbox talking to the in-process proxy) → grade → group-normalised advantages → GSPO update on the
+recorded token ids → weight sync into the engine → checkpoint → one line in ``metrics.jsonl``.
+
+Simplifications, and why:
+- One optimizer step per batch (no PPO epochs): with π_old == π_θ at the update the GSPO ratio is 1,
+  and the clip matters only off-policy; it keeps a CPU step cheap.
+- The engine and the trainer hold separate copies of the weights in-process; the sync copies a
+  state dict (cheap for the tiny default; for big models the vLLM path pushes through its API).
+
+Run directory (everything written atomically; ``--resume`` continues after the last checkpoint)::
+
+    config.toml  metrics.jsonl  trajectories/step_NNNN/*.json  checkpoints/step_NNNNNN/  report.html
+
+Crash safety: a step's checkpoint (which carries the step's metrics line) is written before the
+line is appended to ``metrics.jsonl``; on resume the file is reconciled against the checkpoint, so
+no step is lost or counted twice whatever the moment of the kill.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lego.algos import group_advantages
+from lego.conductor.checkpoint import check_compatible, load_latest, read_config, restore_checkpoint, save_checkpoint
+from lego.conductor.cli.basic import to_toml
+from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
+from lego.conductor.trainer import Trainer, items_from_trajectories
+from lego.conductor.weight_sync import sync_weights
+from lego.config import LegoConfig, validate_config
+from lego.errors import ConfigError
+from lego.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from lego.types import INFRA_LABELS, StepMetrics, Task, Trajectory
+
+__all__ = ["RunDir", "step_metrics", "train"]
+
+KEEP_CHECKPOINTS = 2
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths inside a run directory."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    def trajectories(self, step: int) -> Path:
+        return self.root / "trajectories" / f"step_{step:04d}"
+
+    def has_history(self) -> bool:
+        return self.metrics.exists() or (self.root / "checkpoints").exists()
+
+
+def _seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:4], "little")
+
+
+def _step_tasks(tasks: Sequence[Task], step: int, per_step: int, seed: int) -> list[Task]:
+    """Tasks of ``step``: epochs walk a seeded permutation, so every task comes up and resume repeats the same."""
+    out = []
+    for i in range(step * per_step, (step + 1) * per_step):
+        epoch, pos = divmod(i, len(tasks))
+        order = list(range(len(tasks)))
+        random.Random(_seed(seed, "epoch", epoch)).shuffle(order)
+        out.append(tasks[order[pos]])
+    return out
+
+
+def _harness_for(task: Task, cfg: LegoConfig, rng: random.Random) -> str:
+    """Task metadata wins; else the configured weights; else ``harness.name``."""
+    named = task.metadata.get("harness")
+    if isinstance(named, str) and named:
+        return named
+    if cfg.harness.weights:
+        names = sorted(cfg.harness.weights)
+        return rng.choices(names, weights=[cfg.harness.weights[n] for n in names])[0]
+    return cfg.harness.name
+
+
+def step_metrics(trajs: Sequence[Trajectory], train_metrics: dict[str, float]) -> dict[str, float]:
+    """Rollout-side metrics of a step (reward, pass rate, labels, guards, lengths) merged with the trainer's."""
+    valid = [t for t in trajs if not t.is_infra_failure]
+    rewards = [t.reward or 0.0 for t in valid]
+    m: dict[str, float] = dict(train_metrics)
+    m["rollout/count"] = float(len(trajs))
+    m["rollout/infra_failures"] = float(len(trajs) - len(valid))
+    m["reward/mean"] = sum(rewards) / len(rewards) if rewards else 0.0
+    # the reward, not the grade: a guard may have zeroed a resolved grade
+    m["reward/pass_rate"] = sum(1.0 for r in rewards if r >= 1.0) / max(len(valid), 1)
+    for label, n in Counter(t.termination for t in trajs).items():
+        m[f"termination/{label}"] = float(n)
+    # failures the policy caused (a killed harness, a repo that breaks the diff or the grader): scored 0
+    m["rollout/policy_failures"] = float(sum(1 for t in valid if t.termination in INFRA_LABELS))
+    m["guards/zeroed"] = sum(1.0 for t in trajs if t.metadata.get("zeroed_by")) / max(len(trajs), 1)
+    flags = Counter(k for t in trajs for k, v in t.guard_flags.items() if v)
+    for name in sorted({k for t in trajs for k in t.guard_flags}):
+        m[f"guards/{name}"] = flags[name] / len(trajs)
+    sampled = [t.num_sampled_tokens for t in valid]
+    m["rollout/sampled_tokens_mean"] = sum(sampled) / len(sampled) if sampled else 0.0
+    m["rollout/segments_mean"] = sum(len(t.segments) for t in valid) / max(len(valid), 1)
+    m["rollout/turns_mean"] = sum(t.counters.get("turns", 0.0) for t in valid) / max(len(valid), 1)
+    for h in sorted({t.harness for t in valid}):
+        hr = [t.reward or 0.0 for t in valid if t.harness == h]
+        m[f"reward/mean/{h}"] = sum(hr) / len(hr)
+    return m
+
+
+def summary_line(step: int, steps: int, m: dict[str, float]) -> str:
+    """The one-line step summary on the console."""
+    pearson = m.get("training/rollout_actor_probs_pearson_corr", float("nan"))
+    return (
+        f"step {step + 1}/{steps} | reward {m.get('reward/mean', 0):.3f} | pass {100 * m.get('reward/pass_rate', 0):.0f}% "
+        f"| pearson {pearson:.5f} | kl {m.get('rollout_corr/kl', float('nan')):.2e} "
+        f"| clip {m.get('actor/pg_clipfrac', 0):.3f} | {m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s "
+        f"| infra {m.get('rollout/infra_failures', 0):.0f} | {m.get('perf/step_s', 0):.0f}s"
+        + "".join(f" | {k.split('@')[0]} {v:.3f}" for k, v in m.items() if k.startswith("val/pass1@"))
+    )
+
+
+def _prepare_run(cfg: LegoConfig, resume: bool) -> tuple[RunDir, Path | None]:
+    run = RunDir(Path(cfg.training.out_dir))
+    ckpt = load_latest(run.root) if resume else None
+    if resume:
+        if run.config.exists():
+            import tomllib
+
+            saved = validate_config(tomllib.loads(run.config.read_text()))
+            check_compatible(saved, cfg)
+        if ckpt is not None:
+            check_compatible(read_config(ckpt), cfg)
+    elif run.has_history():
+        raise ConfigError(
+            f"training.out_dir={run.root} already holds a run; continue it with `lego train --resume`, "
+            "or pick a new directory with -o training.out_dir=DIR"
+        )
+    run.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run.config, to_toml(cfg))
+    return run, ckpt
+
+
+def _reconcile_metrics(run: RunDir, done_steps: int, last_line: dict[str, Any] | None) -> None:
+    """Keep exactly the lines of completed steps 0..done_steps-1 (the last from the checkpoint if the kill lost it)."""
+    lines = [ln for ln in read_jsonl(run.metrics) if int(ln.get("step", -1)) < done_steps]
+    if last_line is not None and done_steps > 0 and not any(int(ln["step"]) == done_steps - 1 for ln in lines):
+        lines.append(last_line)
+    atomic_write_text(run.metrics, "".join(json.dumps(ln) + "\n" for ln in lines))
+
+
+def _prune_checkpoints(run: RunDir) -> None:
+    steps = sorted(p for p in (run.root / "checkpoints").glob("step_*") if p.is_dir())
+    for old in steps[:-KEEP_CHECKPOINTS]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[Task], Callable[[Task], Task]]:
+    """The split's tasks and the function that makes one ready to run (materialises its repo).
+
+    ``lazy``: shipped suites (builtin, starter) come back as records and are materialised when a step
+    picks them, so a 1000-task split does not cost a minute of git before the first step."""
+    from lego.sandboxes.tasks.sources import BuiltinSource, load_source
+
+    spec = (
+        cfg.tasks.source
+        if ":" in cfg.tasks.source and not cfg.tasks.source.endswith(":")
+        else f"{cfg.tasks.source}:{split}"
+    )
+    source = load_source(spec)
+    tasks = list(source.records()) if isinstance(source, BuiltinSource) else list(source.tasks())
+    if cfg.tasks.limit:
+        random.Random(cfg.tasks.shuffle_seed).shuffle(tasks)
+        tasks = tasks[: cfg.tasks.limit]
+    if not tasks:
+        raise ConfigError(f"tasks.source={cfg.tasks.source!r} split {split!r} holds no tasks")
+    if isinstance(source, BuiltinSource):
+        if not lazy:
+            return [source.prepare(t) for t in tasks], _ready
+        return tasks, source.prepare
+    return tasks, _ready
+
+
+def _ready(task: Task) -> Task:
+    return task
+
+
+def _rollouts(
+    runner: RolloutRunner, cfg: LegoConfig, tasks: Sequence[Task], step: int, console: Console
+) -> list[Trajectory]:
+    """B × G rollouts with a progress bar; infrastructure failures retried ``training.retry_infra`` times.
+
+    ``training.rollout_backend`` picks where they run: threads here, or Ray tasks (:mod:`lego.conductor.ray_rollout`)."""
+    run_many = runner.run_many
+    if cfg.training.rollout_backend == "ray":
+        from lego.conductor.ray_rollout import ray_runner
+
+        run_many = ray_runner(runner, cfg.training.ray_address).run_many
+    rng = random.Random(_seed(cfg.training.seed, "harness", step))
+    g = cfg.algorithm.group_size
+    jobs = []
+    for ti, task in enumerate(tasks):
+        harness = _harness_for(task, cfg, rng)
+        for k in range(g):
+            opts = RolloutOptions(
+                training=cfg.training.sampling_override,
+                temperature=cfg.algorithm.temperature,
+                seed=_seed(cfg.training.seed, step, ti, k),
+                max_turns=cfg.harness.max_turns,
+                timeout_s=cfg.harness.timeout_s,
+            )
+            jobs.append((task, harness, opts))
+    with Progress(
+        TextColumn(f"step {step + 1} rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
+        transient=True,
+    ) as bar:
+        tid = bar.add_task("rollouts", total=len(jobs), last="")
+
+        def done(_: int, t: Trajectory) -> None:
+            bar.update(tid, advance=1, last=f"{t.task_id}: {t.termination} r={t.reward}")
+
+        trajs = run_many(jobs, cfg.training.concurrency, on_done=done)
+        for _ in range(cfg.training.retry_infra):
+            again = [i for i, t in enumerate(trajs) if t.is_infra_failure]
+            if not again:
+                break
+            bar.update(tid, total=len(jobs) + len(again))
+            redo = run_many([jobs[i] for i in again], cfg.training.concurrency, on_done=done)
+            for i, t in zip(again, redo, strict=True):
+                t.metadata["attempts"] = 2
+                trajs[i] = t
+    return trajs
+
+
+def validate(runner: RolloutRunner, cfg: LegoConfig, tasks: Sequence[Task], out_dir: Path) -> dict[str, float]:
+    """Held-out pass@1 of the policy as it is now, through the eval code (one pinned harness:
+    ``eval.harnesses[0]``), written under ``out_dir`` and returned as ``val/*`` metrics."""
+    from lego.eval.matrix import cell_metrics
+    from lego.eval.results import EvalSpec, PolicySpec, SampleKey, SampleResult
+    from lego.eval.runner import run_eval
+
+    by_id = {t.instance_id: t for t in tasks}
+    spec = EvalSpec(
+        policies=[PolicySpec(name="policy", model=str(out_dir.name))],
+        harnesses=[cfg.eval.harnesses[0]],
+        task_ids=list(by_id),
+        samples=cfg.eval.samples,
+        seed=cfg.eval.seed,
+        temperature=cfg.eval.temperature,
+        max_turns=cfg.harness.max_turns,
+        timeout_s=cfg.harness.timeout_s,
+        bootstrap=cfg.eval.bootstrap,
+    )
+
+    def run_sample(key: SampleKey) -> SampleResult:
+        opts = RolloutOptions(
+            training=True,
+            temperature=spec.temperature,
+            seed=key.seed,
+            max_turns=spec.max_turns,
+            timeout_s=spec.timeout_s,
+        )
+        return SampleResult.from_trajectory(key, runner.run(by_id[key.task_id], key.harness, opts))
+
+    results = run_eval(spec, run_sample, out_dir, concurrency=cfg.eval.concurrency)
+    return cell_metrics(results.cells[0], prefix="val")
+
+
+def train(
+    cfg: LegoConfig,
+    *,
+    resume: bool = False,
+    console: Console | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> RunDir:
+    """Run (or resume) the RL loop described by ``cfg``; returns the run directory."""
+    console = console or Console()
+    run, ckpt = _prepare_run(cfg, resume)
+    t_setup = time.monotonic()
+    with console.status("loading the policy, the trainer and the tasks"):
+        tasks, prepare = _load_tasks(cfg, cfg.tasks.split, lazy=True)
+        trainer = Trainer.from_config(cfg)
+        last_line = None
+        if ckpt is not None:
+            extra = restore_checkpoint(trainer, ckpt)
+            last_line = extra.get("metrics")
+        _reconcile_metrics(run, trainer.step_count, last_line)
+        policy = Policy.start(cfg.engine, cfg.proxy, name="policy")
+    try:
+        if trainer.step_count:
+            sync_weights(trainer, policy.engine)
+            console.print(f"resumed {run.root} after step {trainer.step_count} ({ckpt})")
+        ready = (
+            f"ready in {time.monotonic() - t_setup:.1f}s: {len(tasks)} {cfg.tasks.split} tasks, "
+            f"{cfg.training.tasks_per_step}×{cfg.algorithm.group_size} rollouts/step, harness "
+            f"{cfg.harness.name}, out {run.root}"
+        )
+        console.print(ready, soft_wrap=True, highlight=False)
+        runner = RolloutRunner(cfg, policy)
+        val_tasks: list[Task] = []
+        if cfg.training.eval_every:
+            val_tasks, _ = _load_tasks(
+                cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"limit": cfg.eval.limit})}),
+                cfg.tasks.eval_split,
+            )
+        for step in range(trainer.step_count, cfg.training.steps):
+            t0 = time.monotonic()
+            step_dir = run.trajectories(step)
+            shutil.rmtree(step_dir, ignore_errors=True)  # a step killed midway is redone from scratch
+            picked = _step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
+            trajs = _rollouts(runner, cfg, [prepare(t) for t in picked], step, console)
+            t_roll = time.monotonic() - t0
+            for i, t in enumerate(trajs):
+                atomic_write_text(step_dir / f"{i:03d}-{t.task_id}.json", t.model_dump_json())
+            advantages = group_advantages(
+                [t.reward or 0.0 for t in trajs],
+                [t.task_id for t in trajs],
+                valid=[not t.is_infra_failure for t in trajs],
+                eps=cfg.algorithm.adv_eps,
+            )
+            items = items_from_trajectories(trajs, advantages, side_threads=cfg.training.train_side_threads)
+            train_m = trainer.step(items) if items else {}
+            version = sync_weights(trainer, policy.engine) if items else policy.engine.policy_version
+            m = step_metrics(trajs, train_m)
+            sampled = sum(t.num_sampled_tokens for t in trajs)
+            m.update(
+                {
+                    "perf/rollout_s": t_roll,
+                    "perf/rollout_tokens_per_s": sampled / t_roll if t_roll else 0.0,
+                    "perf/step_s": time.monotonic() - t0,
+                    "policy/version": float(version),
+                    "train/groups_with_signal": float(sum(1 for a in advantages if a != 0.0)),
+                }
+            )
+            if cfg.training.eval_every and (
+                (step + 1) % cfg.training.eval_every == 0 or step + 1 == cfg.training.steps
+            ):
+                with console.status(f"validating on {len(val_tasks)} {cfg.tasks.eval_split} tasks"):
+                    m.update(validate(runner, cfg, val_tasks, run.root / "validation" / f"step_{step + 1:04d}"))
+            line = StepMetrics(step=step, metrics=m, wall_s=time.monotonic() - t0).model_dump(mode="json")
+            if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
+                # LoRA checkpoints carry the merged weights too, so every checkpoint is a loadable
+                # model dir (`lego eval`, `lego bench learn`, `lego proxy --model` take it as is).
+                lora = cfg.training.finetune == "lora"
+                path = save_checkpoint(trainer, run.root, extra={"metrics": line}, export_merged=lora)
+                atomic_write_json(
+                    path / "lego_meta.json",
+                    {"trained_harness": cfg.harness.name, "base_model": cfg.engine.model, "step": step + 1},
+                )
+                _prune_checkpoints(run)
+            append_jsonl(run.metrics, line)
+            console.print(summary_line(step, cfg.training.steps, m), soft_wrap=True, highlight=False)
+            if on_step is not None:
+                on_step(step, m)
+    finally:
+        policy.close()
+    return run

@@ -1,0 +1,78 @@
+"""Adapter for the built-in reference agent (``lego/harnesses/lego_agent/agent.py``).
+
+The agent is one stdlib-only script, so nothing is installed: ``prepare`` copies it into the
+sandbox's private home and ``run`` starts it with the sandbox's ``python3``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import ClassVar
+
+from lego.harnesses.base import json_lines, result_from_exec, sandbox_home
+from lego.harnesses.lego_agent import AGENT_FILE
+from lego.harnesses.lego_agent.agent import EXIT_MAX_TURNS, EXIT_OVERLONG, FORMAT_VERSION
+from lego.seams import PreparedRun, Sandbox
+from lego.types import Endpoint, HarnessLimits, HarnessResult, Task, TerminationLabel
+
+__all__ = ["LegoAgentHarness"]
+
+
+class LegoAgentHarness:
+    """Runs ``python3 agent.py --base-url <session URL> --problem <statement>`` in the repo."""
+
+    name: ClassVar[str] = "lego-agent"
+    EXIT_LABELS: ClassVar[dict[int, TerminationLabel]] = {EXIT_MAX_TURNS: "max_turns", EXIT_OVERLONG: "overlong"}
+
+    def __init__(self, python: str = "python3", temperature: float = 1.0, max_tokens: int = 1024) -> None:
+        self.python = python
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    def version(self) -> str:
+        return f"{package_version('lego-rl')}+format{FORMAT_VERSION}"
+
+    def ro_binds(self) -> list[Path]:
+        """Nothing to bind: the script is copied into the sandbox and runs on its ``python3``."""
+        return []
+
+    def prepare(self, sandbox: Sandbox, endpoint: Endpoint) -> PreparedRun:
+        home = sandbox_home(sandbox)
+        agent_path = f"{home}/.lego-agent/agent.py"
+        sandbox.exec(["mkdir", "-p", agent_path.rsplit("/", 1)[0]], timeout=30)
+        sandbox.write(agent_path, AGENT_FILE.read_bytes())
+        return PreparedRun(endpoint=endpoint, home=home, files={"agent": agent_path})
+
+    def command(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> list[str]:
+        """The agent's argv (the problem statement travels as an argument, so no file lands in the repo)."""
+        endpoint = prepared.endpoint
+        return [
+            self.python,
+            prepared.files["agent"],
+            "--base-url",
+            endpoint.base_url,
+            "--model",
+            endpoint.model,
+            "--api-key",
+            endpoint.api_key,
+            "--problem",
+            task.problem_statement,
+            "--repo",
+            sandbox.repo_dir,
+            "--max-turns",
+            str(limits.max_turns),
+            "--temperature",
+            str(self.temperature),
+            "--max-tokens",
+            str(self.max_tokens),
+            "--request-timeout",
+            str(max(30.0, limits.timeout_s)),
+        ]
+
+    def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        argv = self.command(task, sandbox, prepared, limits)
+        res = sandbox.exec(argv, timeout=limits.timeout_s, cwd=sandbox.repo_dir)
+        status = [r for r in json_lines(res.stdout) if "lego_agent" in r]
+        turns = int(str(status[-1].get("turns", 0))) if status else 0
+        return result_from_exec(res, self.EXIT_LABELS, turns=turns)

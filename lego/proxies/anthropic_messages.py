@@ -1,0 +1,250 @@
+"""Anthropic messages: request schema, conversion to canonical messages, responses and SSE.
+
+Conversion: ``system`` becomes a system message; a user turn's ``tool_result`` blocks become tool
+messages (in order, before the turn's text); an assistant turn's ``thinking`` becomes
+``reasoning_content`` and its ``tool_use`` blocks become tool calls (``input`` JSON-encoded).
+Streaming follows Anthropic's event sequence: ``message_start``, per block
+``content_block_start`` / ``content_block_delta`` (``thinking_delta``, ``text_delta``,
+``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason, output
+tokens) and ``message_stop``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lego.proxies.errors import ApiError
+from lego.proxies.service import ChatRequest, ChatResult
+from lego.proxies.wire import IMAGE_PART_TYPES, chunks, sse, text_of_parts
+
+__all__ = ["MessagesRequest", "messages_response", "messages_stream", "to_chat_request"]
+
+
+class AnthropicTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class AnthropicMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(BaseModel):
+    """The fields of ``POST /v1/messages`` (and ``count_tokens``) the proxy reads."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    tools: list[AnthropicTool] | None = None
+    tool_choice: dict[str, Any] | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    metadata: dict[str, Any] | None = None
+
+
+def _tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]]:
+    out = []
+    for t in tools or []:
+        fn: dict[str, Any] = {"name": t.name}
+        if t.description is not None:
+            fn["description"] = t.description
+        fn["parameters"] = t.input_schema
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(tc: dict[str, Any] | None) -> Any:
+    if not tc:
+        return None
+    kind = tc.get("type")
+    if kind == "tool":
+        return {"type": "function", "function": {"name": tc.get("name", "")}}
+    return {"any": "required", "auto": "auto", "none": "none"}.get(str(kind), "auto")
+
+
+def _user_blocks(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for j, b in enumerate(blocks):
+        kind = b.get("type")
+        if kind == "tool_result":
+            tool_use_id = b.get("tool_use_id")
+            if not isinstance(tool_use_id, str):
+                raise ApiError(400, f"{where}.content[{j}]: tool_result needs a string 'tool_use_id'")
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": tool_use_id,
+                    "content": text_of_parts(b.get("content"), f"{where}.content[{j}]"),
+                }
+            )
+        elif kind == "text" and isinstance(b.get("text"), str):
+            texts.append(b["text"])
+        elif kind in IMAGE_PART_TYPES:
+            raise ApiError(400, f"{where}.content[{j}]: images are unsupported; send text only")
+        else:
+            raise ApiError(400, f"{where}.content[{j}]: unsupported block type {kind!r} in a user turn")
+    if texts:
+        out.append({"role": "user", "content": "\n".join(texts)})
+    return out
+
+
+def _assistant_blocks(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    texts, thinking, calls = [], [], []
+    for j, b in enumerate(blocks):
+        kind = b.get("type")
+        if kind == "text":
+            texts.append(str(b.get("text", "")))
+        elif kind == "thinking":
+            thinking.append(str(b.get("thinking", "")))
+        elif kind == "redacted_thinking":
+            continue
+        elif kind == "tool_use":
+            if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
+                raise ApiError(400, f"{where}.content[{j}]: tool_use needs string 'id' and 'name'")
+            args = json.dumps(b.get("input", {}), ensure_ascii=False)
+            calls.append({"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": args}})
+        else:
+            raise ApiError(400, f"{where}.content[{j}]: unsupported block type {kind!r} in an assistant turn")
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if thinking:
+        out["reasoning_content"] = "".join(thinking)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def to_chat_request(req: MessagesRequest) -> ChatRequest:
+    messages: list[dict[str, Any]] = []
+    if req.system:
+        messages.append({"role": "system", "content": text_of_parts(req.system, "system")})
+    for i, m in enumerate(req.messages):
+        where = f"messages[{i}]"
+        if m.role not in ("user", "assistant", "system"):
+            raise ApiError(
+                400, f"{where}: unknown role {m.role!r}; Anthropic messages take user, assistant (or system)"
+            )
+        if m.role == "system":  # Claude Code 2.x puts environment notes mid-conversation as a system turn
+            messages.append({"role": "system", "content": text_of_parts(m.content, where)})
+        elif isinstance(m.content, str):
+            messages.append({"role": m.role, "content": m.content})
+        elif m.role == "user":
+            messages.extend(_user_blocks(m.content, where))
+        else:
+            messages.append(_assistant_blocks(m.content, where))
+    return ChatRequest(
+        messages=messages,
+        tools=_tools(req.tools),
+        tool_choice=_tool_choice(req.tool_choice),
+        max_tokens=req.max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        stop=list(req.stop_sequences or []),
+        stream=req.stream,
+        model=req.model,
+    )
+
+
+def _input_of(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments)
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _blocks(res: ChatResult) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if res.reasoning:
+        blocks.append({"type": "thinking", "thinking": res.reasoning, "signature": ""})
+    if res.message.get("content"):
+        blocks.append({"type": "text", "text": res.message["content"]})
+    for c in res.message.get("tool_calls") or []:
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": c["id"],
+                "name": c["function"]["name"],
+                "input": _input_of(c["function"]["arguments"]),
+            }
+        )
+    return blocks
+
+
+def _stop_reason(res: ChatResult) -> str:
+    if res.finish_reason == "tool_calls":
+        return "tool_use"
+    if res.finish_reason == "length":
+        return "max_tokens"
+    return "stop_sequence" if res.stop_sequence else "end_turn"
+
+
+def _usage(res: ChatResult, output_tokens: int) -> dict[str, int]:
+    return {
+        "input_tokens": res.prompt_tokens,
+        "output_tokens": output_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+
+
+def messages_response(res: ChatResult, model: str) -> dict[str, Any]:
+    return {
+        "id": f"msg_{res.id}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": _blocks(res),
+        "stop_reason": _stop_reason(res),
+        "stop_sequence": res.stop_sequence,
+        "usage": _usage(res, res.completion_tokens),
+    }
+
+
+def messages_stream(res: ChatResult, model: str) -> Iterator[bytes]:
+    start = {
+        **messages_response(res, model),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": _usage(res, 1),
+    }
+    yield sse({"type": "message_start", "message": start}, "message_start")
+    for index, block in enumerate(_blocks(res)):
+        kind = block["type"]
+        if kind == "thinking":
+            opening: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": p} for p in chunks(block["thinking"])]
+        elif kind == "text":
+            opening = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in chunks(block["text"])]
+        else:
+            opening = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": p}
+                for p in chunks(json.dumps(block["input"], ensure_ascii=False))
+            ]
+        yield sse({"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start")
+        for d in deltas:
+            yield sse({"type": "content_block_delta", "index": index, "delta": d}, "content_block_delta")
+        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+    delta = {"stop_reason": _stop_reason(res), "stop_sequence": res.stop_sequence}
+    yield sse(
+        {"type": "message_delta", "delta": delta, "usage": {"output_tokens": res.completion_tokens}}, "message_delta"
+    )
+    yield sse({"type": "message_stop"}, "message_stop")

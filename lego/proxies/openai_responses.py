@@ -1,0 +1,278 @@
+"""OpenAI Responses: request schema, conversion of input items to canonical messages, responses
+and SSE.
+
+Input items: ``message`` items (roles user/system/developer/assistant), ``function_call`` items,
+``function_call_output`` items and ``reasoning`` items. Consecutive assistant-side items
+(reasoning, assistant message, function calls) are merged into one canonical assistant message,
+since that is how one turn of ours comes back. ``previous_response_id`` is resolved from the
+responses this proxy served (the caller passes the stored history in).
+
+Streaming: ``response.created``, ``response.in_progress``, then per output item
+``response.output_item.added``, its deltas (``response.reasoning_text.delta``;
+``response.content_part.added`` / ``response.output_text.delta`` / ``.done`` /
+``response.content_part.done``; ``response.function_call_arguments.delta`` / ``.done``),
+``response.output_item.done``; finally ``response.completed``. Every event has a
+``sequence_number``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lego.proxies.errors import ApiError
+from lego.proxies.service import ChatRequest, ChatResult
+from lego.proxies.wire import IMAGE_PART_TYPES, chunks, new_id, sse, text_of_parts
+
+__all__ = ["ResponsesRequest", "responses_response", "responses_stream", "to_chat_request"]
+
+
+class ResponsesRequest(BaseModel):
+    """The fields of ``POST /v1/responses`` the proxy reads; others are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stream: bool = False
+    previous_response_id: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Function tools become canonical tools; hosted tools (web search ...) cannot run here and are dropped."""
+    out = []
+    for i, t in enumerate(tools or []):
+        if t.get("type") != "function":
+            continue
+        if not isinstance(t.get("name"), str):
+            raise ApiError(400, f"tools[{i}]: a function tool needs a string 'name'", param=f"tools[{i}].name")
+        fn: dict[str, Any] = {"name": t["name"]}
+        if t.get("description") is not None:
+            fn["description"] = t["description"]
+        fn["parameters"] = t.get("parameters") or {"type": "object", "properties": {}}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _content_text(content: Any, where: str) -> str:
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+                raise ApiError(400, f"{where}.content[{j}]: images are unsupported; send text only")
+    return text_of_parts(content, where)
+
+
+def input_messages(items: str | list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
+    """Canonical messages for a Responses ``input`` (and ``instructions``)."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    if isinstance(items, str):
+        return [*out, {"role": "user", "content": items}]
+    open_turn: dict[str, Any] | None = None  # the assistant message consecutive items merge into
+
+    def turn() -> dict[str, Any]:
+        nonlocal open_turn
+        if open_turn is None:
+            open_turn = {"role": "assistant", "content": ""}
+            out.append(open_turn)
+        return open_turn
+
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise ApiError(400, f"{where}: each input item must be an object")
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            text = _content_text(item.get("content"), where)
+            if role == "assistant":
+                t = turn()
+                t["content"] = t["content"] + text
+                continue
+            if role not in ("user", "system", "developer"):
+                raise ApiError(400, f"{where}: unknown role {role!r}; use user, system, developer or assistant")
+            out.append({"role": "system" if role == "developer" else role, "content": text})
+        elif kind == "function_call":
+            if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
+                raise ApiError(400, f"{where}: a function_call item needs string 'call_id' and 'name'")
+            args = item.get("arguments", "{}")
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": args if isinstance(args, str) else str(args)},
+            }
+            turn().setdefault("tool_calls", []).append(call)
+            continue
+        elif kind == "reasoning":
+            parts = item.get("content") or []
+            text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+            if text:
+                t = turn()
+                t["reasoning_content"] = t.get("reasoning_content", "") + text
+            continue
+        elif kind == "function_call_output":
+            if not isinstance(item.get("call_id"), str):
+                raise ApiError(400, f"{where}: a function_call_output item needs a string 'call_id'")
+            out.append(
+                {"role": "tool", "tool_call_id": item["call_id"], "content": _content_text(item.get("output"), where)}
+            )
+        else:
+            raise ApiError(400, f"{where}: unsupported input item type {kind!r}")
+        open_turn = None
+    return out
+
+
+def to_chat_request(req: ResponsesRequest, history: list[dict[str, Any]] | None = None) -> ChatRequest:
+    """``history``: the conversation of ``previous_response_id`` (without its system message)."""
+    messages = input_messages(req.input, req.instructions)
+    if history:
+        lead = messages[:1] if messages and messages[0]["role"] == "system" and req.instructions else []
+        messages = [*lead, *history, *messages[len(lead) :]]
+    return ChatRequest(
+        messages=messages,
+        tools=_tools(req.tools),
+        tool_choice=req.tool_choice,
+        max_tokens=req.max_output_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        stream=req.stream,
+        model=req.model,
+    )
+
+
+def _items(res: ChatResult) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    if res.reasoning:
+        items.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{res.id}",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": res.reasoning}],
+                "status": "completed",
+            }
+        )
+    calls = res.message.get("tool_calls") or []
+    content = res.message.get("content") or ""
+    if content or not calls:
+        part: dict[str, Any] = {"type": "output_text", "text": content, "annotations": [], "logprobs": []}
+        items.append(
+            {"type": "message", "id": f"msg_{res.id}", "status": "completed", "role": "assistant", "content": [part]}
+        )
+    for i, c in enumerate(calls):
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{res.id}_{i}",
+                "call_id": c["id"],
+                "name": c["function"]["name"],
+                "arguments": c["function"]["arguments"],
+                "status": "completed",
+            }
+        )
+    return items
+
+
+def responses_response(
+    res: ChatResult, req: ResponsesRequest, model: str, response_id: str | None = None
+) -> dict[str, Any]:
+    incomplete = res.finish_reason == "length"
+    return {
+        "id": response_id or new_id("resp_"),
+        "object": "response",
+        "created_at": res.created,
+        "status": "incomplete" if incomplete else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "error": None,
+        "model": model,
+        "instructions": req.instructions,
+        "output": _items(res),
+        "parallel_tool_calls": True,
+        "tool_choice": req.tool_choice or "auto",
+        "tools": req.tools or [],
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "max_output_tokens": req.max_output_tokens,
+        "previous_response_id": req.previous_response_id,
+        "metadata": req.metadata or {},
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "usage": {
+            "input_tokens": res.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": res.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": res.prompt_tokens + res.completion_tokens,
+        },
+    }
+
+
+def responses_stream(final: dict[str, Any]) -> Iterator[bytes]:
+    seq = 0
+
+    def ev(kind: str, **fields: Any) -> bytes:
+        nonlocal seq
+        seq += 1
+        return sse({"type": kind, "sequence_number": seq - 1, **fields}, kind)
+
+    start = {**final, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    yield ev("response.created", response=start)
+    yield ev("response.in_progress", response=start)
+    for idx, item in enumerate(final["output"]):
+        iid, kind = item["id"], item["type"]
+        if kind == "reasoning":
+            text = item["content"][0]["text"]
+            yield ev(
+                "response.output_item.added", output_index=idx, item={**item, "content": [], "status": "in_progress"}
+            )
+            for piece in chunks(text):
+                yield ev("response.reasoning_text.delta", item_id=iid, output_index=idx, content_index=0, delta=piece)
+            yield ev("response.reasoning_text.done", item_id=iid, output_index=idx, content_index=0, text=text)
+        elif kind == "message":
+            part = item["content"][0]
+            yield ev(
+                "response.output_item.added", output_index=idx, item={**item, "content": [], "status": "in_progress"}
+            )
+            yield ev(
+                "response.content_part.added", item_id=iid, output_index=idx, content_index=0, part={**part, "text": ""}
+            )
+            for piece in chunks(part["text"]):
+                yield ev(
+                    "response.output_text.delta",
+                    item_id=iid,
+                    output_index=idx,
+                    content_index=0,
+                    delta=piece,
+                    logprobs=[],
+                )
+            yield ev(
+                "response.output_text.done",
+                item_id=iid,
+                output_index=idx,
+                content_index=0,
+                text=part["text"],
+                logprobs=[],
+            )
+            yield ev("response.content_part.done", item_id=iid, output_index=idx, content_index=0, part=part)
+        else:
+            yield ev(
+                "response.output_item.added", output_index=idx, item={**item, "arguments": "", "status": "in_progress"}
+            )
+            for piece in chunks(item["arguments"]):
+                yield ev("response.function_call_arguments.delta", item_id=iid, output_index=idx, delta=piece)
+            yield ev(
+                "response.function_call_arguments.done",
+                item_id=iid,
+                output_index=idx,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+        yield ev("response.output_item.done", output_index=idx, item=item)
+    yield ev("response.completed", response=final)

@@ -1,0 +1,412 @@
+"""The API-independent core of the proxy: sessions, the generation flow, timing.
+
+Every API route converts its request into a :class:`ChatRequest` (canonical OpenAI-style messages),
+calls :meth:`ProxyService.complete`, and converts the :class:`ChatResult` back. ``complete``:
+
+1. takes the session the route resolved (by its token on the model face, by its id on the control
+   face; see :mod:`lego.proxies.app`) and the thread's lock -- calls on one thread are serialized,
+   threads and sessions run concurrently;
+2. asks the session's :class:`~lego.proxies.recorder.SessionRecorder` for the engine prompt;
+3. fits ``max_tokens`` into the context window (no room: a non-retryable 400 and, on the main
+   thread, the trajectory is labelled ``overlong``), applies the training-mode sampling override;
+4. awaits ``engine.generate`` (cancelled with the request if the client goes away; nothing is
+   recorded then), cuts the generation at the first stop string, parses it into an assistant
+   message and commits it to the recorder -- unless the session was sealed or closed meanwhile.
+
+Sessions and secrets. :meth:`ProxyService.open_session` mints a per-session token: on the model
+face (what sandboxes reach) the request's API key *is* the session, so an agent holding its own
+token can reach its own session's model routes and nothing else. Tokens are kept only as SHA-256
+digests (a lookup compares digests, so its timing says nothing about the secret); sealing or
+closing the session revokes its token. The task's answer (the gold patch) is kept apart from the
+metadata, handed to the engine only as ``RequestContext.answer``, accepted only by an engine that
+declares ``takes_answer = True`` (the oracle), and never exported in a trajectory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lego.config import ProxyConfig
+from lego.engines.base import Engine
+from lego.errors import ChatFormatError, ContextOverflowError, EngineError, EngineUnavailableError
+from lego.proxies.errors import Api, ApiError
+from lego.proxies.recorder import ChatTemplate, SessionRecorder
+from lego.types import Generation, MainThreadSpec, RequestContext, SamplingParams, TerminationLabel, Trajectory
+
+__all__ = ["ChatFormatLike", "ChatRequest", "ChatResult", "ProxyService", "Session"]
+
+Message = dict[str, Any]
+
+
+class ChatFormatLike(ChatTemplate, Protocol):
+    """The chat format the proxy needs: the recorder's template plus completion parsing."""
+
+    def parse(self, token_ids: list[int], tools: list[dict[str, Any]] | None = None, id_salt: str = "") -> Any: ...
+
+    def to_message(self, parsed: Any) -> Message: ...
+
+
+@dataclass
+class ChatRequest:
+    """One call in canonical form (OpenAI chat messages and tools), whatever API it came through."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: Any = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stream: bool = False
+    model: str = ""
+
+
+@dataclass
+class ChatResult:
+    """What the policy answered: the canonical assistant message plus usage and finish reason."""
+
+    message: Message
+    reasoning: str
+    finish_reason: str  # stop | length | tool_calls
+    prompt_tokens: int
+    completion_tokens: int
+    headers: dict[str, str]
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
+    created: int = field(default_factory=lambda: int(time.time()))
+    stop_sequence: str | None = None
+
+
+@dataclass
+class Session:
+    """One rollout's state: its recorder, locks, and what the rollout code told us about it.
+
+    ``token``: the model-face secret (see the module docstring). ``answer``: the gold patch, for an
+    engine that takes it (the oracle); never exported. ``sealed``: the episode is over, the token
+    is revoked and nothing more is recorded (the trajectory is still readable on the control face).
+    """
+
+    id: str
+    recorder: SessionRecorder
+    token: str = field(default="", repr=False)
+    answer: str | None = field(default=None, repr=False)
+    sealed: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+    training: bool = False
+    temperature: float | None = None
+    max_turns: int | None = None
+    max_generations: int | None = None
+    generations_started: int = 0
+    termination: TerminationLabel = "completed"
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    calls: int = 0
+    engine_time_s: float = 0.0
+    proxy_time_s: float = 0.0
+    engine_unavailable: int = 0
+    """Calls the engine could not serve at all (unreachable, timed out): no request can cause that."""
+    engine_errors: int = 0
+    """Calls the engine failed on (a 502): possibly caused by what the request held, so the rollout code
+    attributes a failed rollout to the infrastructure only for ``engine_unavailable``."""
+    created_at: float = field(default_factory=time.time)
+
+    def lock(self, key: str) -> asyncio.Lock:
+        if key not in self.locks:
+            self.locks[key] = asyncio.Lock()
+        return self.locks[key]
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def takes_answer(engine: Engine) -> bool:
+    """Whether ``engine`` declares that it plays the task's answer (``takes_answer = True``: the oracle)."""
+    return getattr(engine, "takes_answer", False) is True
+
+
+class ProxyService:
+    """Sessions and the generation flow, shared by all routes (see the module docstring)."""
+
+    def __init__(self, engine: Engine, chat_format: ChatFormatLike, config: ProxyConfig | None = None) -> None:
+        self.engine = engine
+        self.chat = chat_format
+        self.config = config or ProxyConfig()
+        self.sessions: dict[str, Session] = {}
+        self._by_token: dict[bytes, Session] = {}  # sha256(token) -> session; the model face's only way in
+
+    # ------------------------------------------------------------------ sessions
+    def open_session(
+        self,
+        session_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        answer: str | None = None,
+        training: bool = False,
+        temperature: float | None = None,
+        max_turns: int | None = None,
+        max_generations: int | None = None,
+        main_thread: MainThreadSpec | None = None,
+    ) -> Session:
+        """A fresh session under ``session_id`` (replacing, and revoking, any session of that id).
+
+        ``answer``: the task's gold patch, only for an engine that takes it (the oracle); any other
+        engine would hold a secret it has no use for, so that is refused rather than ignored.
+        ``max_turns``: turns of the main thread; ``max_generations``: generations of the session on
+        every thread together (side calls, subagents, whatever the agent sends itself), the bound on
+        the engine time one rollout can take (None: unbounded). ``main_thread``: the harness's main
+        request as its adapter declares it (None: the recorder's default rule; see
+        :mod:`lego.proxies.recorder`)."""
+        if training and temperature is None:
+            raise ValueError("a training session needs the run's temperature (temperature=...)")
+        if answer is not None and not takes_answer(self.engine):
+            raise ValueError(
+                f"the {type(self.engine).__name__} engine does not take the task's answer; pass answer= only "
+                "when the engine is the oracle (ProxyServer.takes_answer says whether it is)"
+            )
+        if metadata and "gold_patch" in metadata:
+            raise ValueError(
+                "session metadata is exported with the trajectory and must not hold the gold patch; "
+                "pass it as open_session(..., answer=task.patch), for the oracle engine only"
+            )
+        self.close_session(session_id)
+        token = "lego-" + secrets.token_urlsafe(32)
+        s = Session(
+            id=session_id,
+            recorder=SessionRecorder(self.chat, main_thread),
+            token=token,
+            answer=answer,
+            metadata=dict(metadata or {}),
+            training=training,
+            temperature=temperature,
+            max_turns=max_turns,
+            max_generations=max_generations,
+        )
+        self.sessions[session_id] = s
+        self._by_token[_digest(token)] = s
+        return s
+
+    def session_for_token(self, token: str) -> Session | None:
+        """The open, unsealed session whose model-face token is ``token`` (None: no such session)."""
+        if not token:
+            return None
+        return self._by_token.get(_digest(token))
+
+    def seal_session(self, session_id: str) -> bool:
+        """End the episode: revoke the token, record nothing more; the trajectory stays readable."""
+        s = self.sessions.get(session_id)
+        if s is None:
+            return False
+        s.sealed = True
+        self._by_token.pop(_digest(s.token), None)
+        return True
+
+    def session(self, session_id: str, *, create: bool = True) -> Session:
+        """The control face's lookup by id: unknown ids are created unless strict (or ``create=False``)."""
+        s = self.sessions.get(session_id)
+        if s is None:
+            if self.config.strict_sessions or not create:
+                raise ApiError(404, f"unknown session {session_id!r}; open it first (strict mode)", "not_found")
+            s = self.open_session(session_id)
+        return s
+
+    def close_session(self, session_id: str) -> bool:
+        """Forget the session and revoke its token; in-flight calls of it record nothing."""
+        s = self.sessions.pop(session_id, None)
+        if s is None:
+            return False
+        s.sealed = True
+        self._by_token.pop(_digest(s.token), None)
+        return True
+
+    def trajectory(self, session_id: str) -> Trajectory:
+        s = self.session(session_id, create=False)
+        rec = s.recorder
+        messages, tools = rec.snapshot()
+        counters = rec.summary_counters()
+        counters["engine_time_s"] = s.engine_time_s
+        counters["proxy_time_s"] = s.proxy_time_s
+        counters["engine_unavailable"] = float(s.engine_unavailable)
+        counters["engine_errors"] = float(s.engine_errors)
+        return Trajectory(
+            trajectory_id=f"{session_id}-{uuid.uuid4().hex[:8]}",
+            session_id=session_id,
+            task_id=str(s.metadata.get("task_id", "")),
+            harness=str(s.metadata.get("harness", "")),
+            segments=rec.segments(),
+            messages=messages,
+            tools=tools,
+            discarded=list(rec.discarded),
+            side_threads=rec.side_threads(),
+            termination=s.termination,
+            counters=counters,
+            metadata={k: v for k, v in s.metadata.items() if _jsonable(v)},
+        )
+
+    # ------------------------------------------------------------------ generation
+    def count_tokens(self, req: ChatRequest) -> int:
+        try:
+            text = self.chat.render_text(req.messages, req.tools or None, add_generation_prompt=True)
+        except (ValueError, ChatFormatError) as exc:
+            raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
+        return len(self.chat.encode(text))
+
+    async def complete(self, s: Session, req: ChatRequest, api: Api) -> ChatResult:
+        t0 = time.perf_counter()
+        session_id = s.id
+        self._check_open(s)
+        rec = s.recorder
+        key = rec.resolve_thread(req.messages, req.tools)
+        async with s.lock(key):
+            main = rec.is_main(key, req.messages, req.tools)
+            if main and s.max_turns is not None:
+                if rec.generations(key) >= s.max_turns:
+                    s.termination = "max_turns"
+                    raise ApiError(400, f"this session reached its limit of {s.max_turns} turns", code="max_turns")
+            try:
+                call = rec.prepare(req.messages, req.tools)
+            except (ValueError, ChatFormatError) as exc:
+                raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
+            sampling, headers = self._sampling(s, req, len(call.prompt_ids), main)
+            # model_construct: the messages were validated on the way in; re-validating is O(history).
+            ctx = RequestContext.model_construct(
+                session_id=session_id,
+                api=api,
+                messages=call.messages,
+                tools=req.tools,
+                session_metadata=s.metadata,
+                answer=s.answer,
+            )
+            self._spend_generation(s)
+            t_engine = time.perf_counter()
+            try:
+                gen = await self.engine.generate(call.prompt_ids, sampling, ctx)
+            except ContextOverflowError as exc:
+                raise self._overflow(s, main, str(exc)) from exc
+            except EngineUnavailableError as exc:
+                s.engine_unavailable += 1
+                raise ApiError(503, f"the policy engine is unavailable: {exc}", "unavailable", retry_after=2) from exc
+            except EngineError as exc:
+                s.engine_errors += 1
+                raise ApiError(502, f"the policy engine failed: {exc}", "engine", retry_after=1) from exc
+            except Exception as exc:  # an engine bug or device error: still the engine's failure, not the request's
+                s.engine_errors += 1
+                raise ApiError(
+                    502, f"the policy engine failed: {type(exc).__name__}: {exc}", "engine", retry_after=1
+                ) from exc
+            engine_s = time.perf_counter() - t_engine
+            self._check_open(s)  # sealed while the engine ran: the episode is over, record nothing
+            gen, stop_hit = self._apply_stop(gen, req.stop)
+            s.calls += 1
+            parsed = self.chat.parse(gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}")
+            message = self.chat.to_message(parsed)
+            if req.tool_choice == "none" and message.get("tool_calls"):
+                message = {"role": "assistant", "content": getattr(parsed, "text", "") or message.get("content") or ""}
+            parse_errors = len(getattr(parsed, "parse_errors", []) or [])
+            rec.commit(call, gen, message, parse_failures=parse_errors)
+        finish = "tool_calls" if message.get("tool_calls") else ("length" if gen.finish_reason == "length" else "stop")
+        total = time.perf_counter() - t0
+        s.engine_time_s += engine_s
+        s.proxy_time_s += total - engine_s
+        headers["x-lego-engine-ms"] = f"{engine_s * 1000:.3f}"
+        headers["x-lego-proxy-ms"] = f"{(total - engine_s) * 1000:.3f}"
+        return ChatResult(
+            message=message,
+            reasoning=str(getattr(parsed, "reasoning", "") or message.get("reasoning_content") or ""),
+            finish_reason=finish,
+            prompt_tokens=len(call.prompt_ids),
+            completion_tokens=len(gen.token_ids),
+            headers=headers,
+            stop_sequence=stop_hit,
+        )
+
+    @staticmethod
+    def _spend_generation(s: Session) -> None:
+        """Count a generation against the session's budget on every thread, or refuse it.
+
+        Check and count run with no await between them (one event loop), so concurrent requests
+        cannot overshoot; a generation counts once it starts, served or not: it is the engine
+        time an agent can make the rollout spend (side calls and floods included)."""
+        if s.max_generations is not None and s.generations_started >= s.max_generations:
+            s.termination = "max_turns"
+            raise ApiError(
+                400,
+                f"this session reached its limit of {s.max_generations} generations (all threads together)",
+                code="max_turns",
+            )
+        s.generations_started += 1
+
+    @staticmethod
+    def _check_open(s: Session) -> None:
+        if s.sealed:
+            raise ApiError(
+                401,
+                f"session {s.id!r} has ended (sealed or closed by the rollout); its key no longer works",
+                "authentication",
+            )
+
+    def _sampling(
+        self, s: Session, req: ChatRequest, prompt_len: int, main: bool
+    ) -> tuple[SamplingParams, dict[str, str]]:
+        window = int(self.engine.max_model_len)
+        room = window - prompt_len
+        if room < 1:
+            raise self._overflow(s, main, str(ContextOverflowError(prompt_len, req.max_tokens or 1, window)))
+        max_tokens = min(req.max_tokens or self.config.default_max_tokens, room)
+        if self.config.max_tokens_cap is not None:
+            max_tokens = min(max_tokens, self.config.max_tokens_cap)
+        headers: dict[str, str] = {}
+        eos = list(self.chat.eos_token_ids)
+        if s.training:
+            temperature = float(s.temperature if s.temperature is not None else 1.0)
+            headers["x-lego-sampling-override"] = f"temperature={temperature};top_p=1.0;top_k=0"
+            params = SamplingParams(
+                temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+            )
+            return params, headers
+        temperature = 1.0 if req.temperature is None else float(req.temperature)
+        top_p = 1.0 if req.top_p is None else float(req.top_p)
+        params = SamplingParams(
+            temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+        )
+        return params, headers
+
+    def _overflow(self, s: Session, main: bool, message: str) -> ApiError:
+        s.recorder.note_overflow()
+        if main:
+            s.termination = "overlong"
+        return ApiError(400, message, "context_length", code="context_length_exceeded")
+
+    def _apply_stop(self, gen: Generation, stops: list[str]) -> tuple[Generation, str | None]:
+        """Cut at the first stop string: keep the longest token prefix whose text holds none.
+
+        Only a prefix of what was sampled is kept, so the kept ids and logprobs stay exact.
+        """
+        if not stops or not gen.token_ids:
+            return gen, None
+        text = self.chat.decode(gen.token_ids)
+        hits = [(text.find(st), st) for st in stops if st and st in text]
+        if not hits:
+            return gen, None
+        _, first = min(hits)
+        lo, hi = 0, len(gen.token_ids)  # the smallest n whose decoded prefix contains a stop string
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(st in self.chat.decode(gen.token_ids[: mid + 1]) for st in stops if st):
+                hi = mid
+            else:
+                lo = mid + 1
+        n = lo
+        cut = gen.model_copy(
+            update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"}
+        )
+        return cut, first
+
+
+def _jsonable(v: Any) -> bool:
+    return isinstance(v, str | int | float | bool | type(None) | list | dict)

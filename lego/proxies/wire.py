@@ -1,0 +1,60 @@
+"""Small helpers shared by the three API modules: SSE framing, ids, text parts, chunking."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from lego.proxies.errors import ApiError
+
+__all__ = ["chunks", "new_id", "sse", "text_of_parts"]
+
+IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image", "input_audio", "file", "input_file", "document"})
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One server-sent event: optional ``event:`` line, one ``data:`` line, blank line."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
+
+
+def text_of_parts(content: Any, where: str) -> str:
+    """A message content (a string or a list of parts) as plain text; images are refused with a 400."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(
+            400, f"{where}: content must be a string or a list of content parts, not {type(content).__name__}"
+        )
+    texts = []
+    for i, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise ApiError(400, f"{where}: content part {i} must be an object")
+        kind = part.get("type")
+        if kind in IMAGE_PART_TYPES:
+            raise ApiError(400, f"{where}: images are unsupported (content part {i} has type {kind!r}); send text only")
+        if kind not in TEXT_PART_TYPES or not isinstance(part.get("text"), str):
+            raise ApiError(400, f"{where}: content part {i} of type {kind!r} is unsupported; use text parts")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def chunks(text: str, size: int = 48) -> Iterator[str]:
+    """Split text into stream deltas (at least one, possibly empty, for an empty text)."""
+    if not text:
+        return
+    for i in range(0, len(text), size):
+        yield text[i : i + size]

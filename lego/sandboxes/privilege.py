@@ -1,0 +1,137 @@
+"""Who a local sandbox is on the host, and the private mount namespace bubblewrap starts in.
+
+Host identity. When lego runs as root, bubblewrap must not: a user namespace created by host root
+maps the agent's uid to host uid 0, and every kernel check made against the host (sysctls in
+/proc/sys, files of the host, per-user limits) then sees root. So each sandbox gets its own
+unprivileged host uid and gid, :data:`UID_BASE` + slot, and bubblewrap and everything in the sandbox
+run as it (uid 1000 inside maps to it). Why one uid per sandbox rather than one shared: the kernel
+keeps per-user accounts (RLIMIT_NPROC, inotify instances, user namespaces, POSIX message queues,
+locked memory), and a shared uid would let one sandbox's fork bomb or inotify flood starve every
+other sandbox. Why this range: 0x70000000 + 0..65535 lies above the ranges that systemd-nspawn picks
+container uids from (524288-1879048191) and that /etc/subuid allocations use, and below 2**31,
+where tools that keep uids in signed ints fail. A slot is held by an flock on a file in
+``<tmp>/lego-uids``, released by the kernel when its holder dies, so concurrent lego processes never
+share a uid; a slot whose uid names a user in the passwd database is skipped.
+
+When lego runs as an ordinary user, the sandbox runs as that user (as before); the per-user
+accounts are then shared with that user's other processes.
+
+Private mount namespace. Between fork and exec of bubblewrap (:func:`enter_private_ns`), the
+child enters a new mount namespace (plus, when not root, a user namespace mapping only its own uid,
+which grants the right to mount in it), makes every mount private, and mounts there, invisible to
+the host and to other sandboxes:
+
+* the sandbox's one tmpfs (``size=disk_mb``, owned by the sandbox uid), whose subdirectories become
+  /repo, /tmp, /var/tmp, /run, HOME and /dev/shm inside: one disk budget for all of them, and no
+  host path in the sandbox's mountinfo (a tmpfs has no host path);
+* each read-only tool bind at a staging directory the sandbox uid can traverse: the Python runtime
+  and harness installs live under /root (mode 0700), which the sandbox uid cannot enter, and
+  bubblewrap 0.8 resolves ``--ro-bind-fd`` sources by their path text, so passing it fds opened by
+  root does not work.
+
+Then it drops to the sandbox uid. lego reaches the tmpfs (to copy the repo in and take diffs) from
+outside through ``/proc/<bwrap pid>/root`` and ``/proc/<bwrap pid>/ns/mnt``, as root or as the
+namespace's owner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import pwd
+import random
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lego.errors import SandboxError
+
+__all__ = ["UID_BASE", "HostIdentity", "enter_private_ns"]
+
+UID_BASE = 0x70000000
+_SLOTS = 65536
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass
+class HostIdentity:
+    """The host uid/gid a sandbox runs as; ``privileged`` when lego is root and must drop to it."""
+
+    uid: int
+    gid: int
+    privileged: bool
+    _lock: int | None = None
+
+    @classmethod
+    def allocate(cls) -> HostIdentity:
+        if os.geteuid() != 0:
+            return cls(os.getuid(), os.getgid(), False)
+        locks = Path(tempfile.gettempdir()) / "lego-uids"
+        locks.mkdir(mode=0o700, exist_ok=True)
+        for slot in random.sample(range(_SLOTS), 256):
+            uid = UID_BASE + slot
+            with contextlib.suppress(KeyError):
+                pwd.getpwuid(uid)
+                continue
+            fd = os.open(locks / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return cls(uid, uid, True, fd)
+        raise SandboxError(f"no free sandbox uid in {UID_BASE}+0..{_SLOTS}; close other lego runs and retry")
+
+    def release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(src: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    _check(
+        _libc.mount(
+            src.encode(), target.encode(), fstype.encode() if fstype else None, flags, data.encode() if data else None
+        ),
+        f"mount {target}",
+    )
+
+
+def enter_private_ns(ident: HostIdentity, fs: Path, fs_bytes: int, stage: Sequence[tuple[Path, Path]]) -> None:
+    """In the child between fork and exec (see module doc): private mount namespace, the sandbox
+    tmpfs at ``fs`` with its :data:`lego.sandboxes.layout.FS_DIRS`, each (source, staging dir) bind,
+    then the sandbox identity. Only system calls: nothing here may take a lock."""
+    from lego.sandboxes.layout import FS_DIRS
+
+    if ident.privileged:
+        _check(_libc.unshare(_CLONE_NEWNS), "unshare(mount)")
+    else:
+        uid, gid = os.getuid(), os.getgid()
+        _check(_libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(user, mount)")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1\n")
+        Path("/proc/self/setgroups").write_text("deny\n")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1\n")
+    _mount("none", "/", None, _MS_REC | _MS_PRIVATE, None)
+    opts = f"size={fs_bytes},mode=0755,uid={ident.uid},gid={ident.gid}"
+    _mount("tmpfs", str(fs), "tmpfs", _MS_NOSUID | _MS_NODEV, opts)
+    for sub in FS_DIRS:
+        os.mkdir(fs / sub)
+        os.chown(fs / sub, ident.uid, ident.gid)
+    for src, dest in stage:
+        _mount(str(src), str(dest), None, _MS_BIND | _MS_REC, None)
+    if ident.privileged:
+        os.setgroups([])
+        os.setresgid(ident.gid, ident.gid, ident.gid)
+        os.setresuid(ident.uid, ident.uid, ident.uid)

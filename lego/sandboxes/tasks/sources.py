@@ -1,0 +1,255 @@
+"""Task sources: the built-in suite and SWE-bench-format JSONL files (SWE-bench, SWE-Gym, SWE-smith,
+your own). Local files only; nothing is fetched from a hub.
+
+Both implement :class:`lego.seams.TaskSource` (``name``, ``splits()``, ``tasks(split)``,
+``get(instance_id)``) and yield :class:`lego.types.Task` records with ``repo_path`` set where a
+local repo exists. Pick one by spec with :func:`load_source`: ``builtin``, ``builtin:heldout``,
+``/path/tasks.jsonl`` or ``/path/tasks.jsonl:test``.
+
+Bad input: a malformed JSONL line is reported with its line number and the reason and skipped
+(``JsonlSource.errors`` keeps every report; ``strict=True`` raises on the first instead). A task
+whose repo is missing is still listed; :func:`require_repo` fails that one task with a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from lego.errors import TaskError
+from lego.sandboxes.tasks import builtin, starter
+from lego.sandboxes.tasks.materialize import cached_repo
+from lego.sandboxes.tasks.swebench_compat import REQUIRED_FIELDS
+from lego.types import Task
+
+__all__ = ["BuiltinSource", "JsonlSource", "StarterSource", "load_source", "require_repo"]
+
+log = logging.getLogger(__name__)
+
+_TASK_FIELDS = set(Task.model_fields)
+_ALIASES = {"image_name": "image"}  # SWE-smith / SWE-Gym spell some fields differently
+
+
+def require_repo(task: Task) -> Path:
+    """The task's local repo directory, or a :class:`TaskError` naming the task and the fix."""
+    if not task.repo_path:
+        raise TaskError(
+            f"task {task.instance_id}: no local repo (repo_path is unset); pass --repos-dir with a checkout "
+            f"of {task.repo} at {task.base_commit or 'its base commit'}, or use the docker backend with an image"
+        )
+    path = Path(task.repo_path)
+    if not (path / ".git").exists():
+        raise TaskError(
+            f"task {task.instance_id}: repo {path} does not exist or is not a git checkout; "
+            "check the path in the task file (or --repos-dir)"
+        )
+    return path
+
+
+class BuiltinSource:
+    """The built-in suite (``lego/sandboxes/builtin/instances.jsonl``); repos are materialised on demand."""
+
+    name = "builtin"
+
+    def __init__(self, split: str | None = None, path: Path | None = None) -> None:
+        self.path = path or builtin.INSTANCES_PATH
+        if split is not None and split not in self.splits():
+            raise TaskError(f"builtin has no split {split!r}; valid splits: {', '.join(self.splits())}")
+        self.default_split = split
+        self._records: list[Task] | None = None
+
+    def splits(self) -> list[str]:
+        return sorted(set(builtin.LIBRARIES.values()), key=lambda s: (s != "train", s))
+
+    def _all(self) -> list[Task]:
+        if self._records is None:
+            if not self.path.exists():
+                raise TaskError(f"built-in instances file {self.path} is missing; run `lego tasks build`")
+            self._records = JsonlSource(self.path, strict=True).records()
+        return self._records
+
+    def records(self, split: str | None = None) -> list[Task]:
+        """The instances without materialising their repos (``repo_path`` unset): fast listing."""
+        split = split or self.default_split
+        return [t for t in self._all() if split is None or t.split == split]
+
+    def prepare(self, task: Task) -> Task:
+        """The task with ``repo_path`` pointing at its materialised (cached) repo."""
+        library = str(task.metadata.get("library", ""))
+        path = cached_repo(
+            task.instance_id, builtin.library_dir(library), task.patch, task.test_patch, task.base_commit
+        )
+        return task.model_copy(update={"repo_path": str(path)})
+
+    def tasks(self, split: str | None = None) -> Iterator[Task]:
+        for task in self.records(split):
+            yield self.prepare(task)
+
+    def get(self, instance_id: str) -> Task:
+        for task in self._all():
+            if task.instance_id == instance_id:
+                return self.prepare(task)
+        raise TaskError(f"no built-in task {instance_id!r}; list them with `lego tasks list builtin`")
+
+
+class StarterSource(BuiltinSource):
+    """The starter suite (``lego/sandboxes/builtin/starter.jsonl``): generated one-module repos with precise
+    bug reports, sized for the embedded default policy (see :mod:`lego.sandboxes.tasks.starter`)."""
+
+    name = "starter"
+
+    def __init__(self, split: str | None = None, path: Path | None = None) -> None:
+        super().__init__(split=split, path=path or starter.STARTER_PATH)
+
+    def splits(self) -> list[str]:
+        return list(starter.SPLIT_SIZES)
+
+    def _all(self) -> list[Task]:
+        if self._records is None and not self.path.exists():
+            raise TaskError(f"starter instances file {self.path} is missing; run `lego tasks build --suite starter`")
+        return super()._all()
+
+    def prepare(self, task: Task) -> Task:
+        path = cached_repo(task.instance_id, starter.source_dir(task), task.patch, task.test_patch, task.base_commit)
+        return task.model_copy(update={"repo_path": str(path)})
+
+    def get(self, instance_id: str) -> Task:
+        for task in self._all():
+            if task.instance_id == instance_id:
+                return self.prepare(task)
+        raise TaskError(f"no starter task {instance_id!r}; list them with `lego tasks list starter`")
+
+
+class JsonlSource:
+    """SWE-bench-format JSONL: one instance per line; extra fields go to ``metadata``.
+
+    ``repo_path`` may be relative (to the file's directory). Without one, ``repos_dir`` is searched
+    for ``<instance_id>/`` then ``<owner>__<name>/``.
+    """
+
+    def __init__(
+        self, path: str | Path, split: str | None = None, repos_dir: str | Path | None = None, strict: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.name = self.path.stem
+        self.default_split = split
+        self.repos_dir = Path(repos_dir) if repos_dir else None
+        self.strict = strict
+        self.errors: list[TaskError] = []
+        self._records: list[Task] | None = None
+
+    def _fail(self, lineno: int, reason: str) -> None:
+        error = TaskError(f"{self.path}:{lineno}: {reason}")
+        if self.strict:
+            raise error
+        log.warning("skipping malformed task line: %s", error)
+        self.errors.append(error)
+
+    def _parse(self, lineno: int, line: str) -> Task | None:
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            self._fail(lineno, f"invalid JSON ({exc.msg} at column {exc.colno})")
+            return None
+        if not isinstance(raw, dict):
+            self._fail(lineno, f"expected a JSON object, got {type(raw).__name__}")
+            return None
+        missing = [f for f in REQUIRED_FIELDS if f not in raw]
+        if missing:
+            self._fail(lineno, f"missing required field(s): {', '.join(missing)}")
+            return None
+        fields: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for raw_key, value in raw.items():
+            key = _ALIASES.get(str(raw_key), str(raw_key))
+            (fields if key in _TASK_FIELDS else extra)[key] = value
+        if extra:
+            fields["metadata"] = {**extra, **(fields.get("metadata") or {})}
+        try:
+            task = Task.model_validate(fields)
+        except ValidationError as exc:
+            reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            self._fail(lineno, f"invalid task record ({reasons})")
+            return None
+        return self._locate_repo(task)
+
+    def _locate_repo(self, task: Task) -> Task:
+        if task.repo_path:
+            path = Path(task.repo_path)
+            if not path.is_absolute():
+                path = (self.path.parent / path).resolve()
+            return task.model_copy(update={"repo_path": str(path)})
+        if self.repos_dir is not None:
+            for candidate in (self.repos_dir / task.instance_id, self.repos_dir / task.repo.replace("/", "__")):
+                if candidate.is_dir():
+                    return task.model_copy(update={"repo_path": str(candidate)})
+        return task
+
+    def records(self) -> list[Task]:
+        """Every well-formed instance in file order (malformed lines are reported in ``errors``)."""
+        if self._records is None:
+            if not self.path.exists():
+                raise TaskError(f"task file {self.path} does not exist")
+            self.errors = []
+            seen: dict[str, int] = {}
+            out = []
+            with open(self.path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, start=1):
+                    if not line.strip():
+                        continue
+                    task = self._parse(lineno, line)
+                    if task is None:
+                        continue
+                    if task.instance_id in seen:
+                        self._fail(
+                            lineno,
+                            f"duplicate instance_id {task.instance_id!r} (first on line {seen[task.instance_id]})",
+                        )
+                        continue
+                    seen[task.instance_id] = lineno
+                    out.append(task)
+            self._records = out
+        return self._records
+
+    def splits(self) -> list[str]:
+        return sorted({t.split for t in self.records() if t.split})
+
+    def tasks(self, split: str | None = None) -> Iterator[Task]:
+        split = split or self.default_split
+        if split is not None and split not in self.splits():
+            raise TaskError(
+                f"{self.path} has no split {split!r}; splits in the file: {', '.join(self.splits()) or '(none)'}"
+            )
+        for task in self.records():
+            if split is None or task.split == split:
+                yield task
+
+    def get(self, instance_id: str) -> Task:
+        for task in self.records():
+            if task.instance_id == instance_id:
+                return task
+        raise TaskError(f"no task {instance_id!r} in {self.path}")
+
+
+def load_source(spec: str, repos_dir: str | Path | None = None) -> BuiltinSource | JsonlSource:
+    """``builtin``, ``builtin:SPLIT``, ``starter``, ``starter:SPLIT``, ``PATH.jsonl`` or ``PATH.jsonl:SPLIT``
+    -> a task source."""
+    head, sep, tail = spec.rpartition(":")
+    if not sep or "/" in tail or tail.endswith((".jsonl", ".json")):
+        head, tail = spec, ""
+    if head == "builtin":
+        return BuiltinSource(split=tail or None)
+    if head == "starter":
+        return StarterSource(split=tail or None)
+    path = Path(head).expanduser()
+    if path.suffix not in (".jsonl", ".json") and not path.exists():
+        raise TaskError(
+            f"unknown task source {spec!r}; use builtin, builtin:train, builtin:heldout, starter, starter:train, "
+            "starter:heldout or a .jsonl file"
+        )
+    return JsonlSource(path, split=tail or None, repos_dir=repos_dir)
