@@ -150,7 +150,7 @@ def save_checkpoint(
     ``keep_last`` deletes all but the newest N step directories afterwards. Leftover temp dirs of
     an interrupted save are removed. Under torchrun every rank must call it (weights and optimizer
     state are gathered); only rank 0 writes."""
-    from lego import distributed as dist_utils
+    from lego.conductor import distributed as dist_utils
 
     ckpt_root = Path(run_dir) / "checkpoints"
     name = f"step_{trainer.step_count:06d}"
@@ -218,7 +218,7 @@ def restore_checkpoint(trainer: Trainer, checkpoint_dir: str | Path) -> dict[str
 
     Raises :class:`ResumeError` if the checkpoint is incomplete or its config is incompatible."""
 
-    from lego import distributed as dist_utils
+    from lego.conductor import distributed as dist_utils
 
     path = Path(checkpoint_dir)
     if not _complete(path):
@@ -248,7 +248,7 @@ def restore_checkpoint(trainer: Trainer, checkpoint_dir: str | Path) -> dict[str
 
 
 def _load_full(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    from lego import distributed as dist_utils
+    from lego.conductor import distributed as dist_utils
 
     if dist_utils.current().world_size > 1:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict

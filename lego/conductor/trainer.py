@@ -60,7 +60,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from lego import distributed as dist_utils
+from lego.conductor import distributed as dist_utils
 from lego.algos import FidelityGate, fidelity_metrics, policy_loss_for, token_weights
 from lego.conductor.items import PaddedBatch, TrainItem, items_from_trajectories
 from lego.config import LegoConfig
