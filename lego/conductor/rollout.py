@@ -91,19 +91,12 @@ class Policy:
 
     @classmethod
     def start(cls, engine_cfg: EngineConfig, proxy_cfg: ProxyConfig, name: str = "policy") -> Policy:
-        """Build the engine named by ``engine_cfg`` (oracle: scored by the model it names) and start a proxy."""
+        """Build the engine named by ``engine_cfg`` (``lego.engines.build_engine``) and start a proxy."""
         from lego.models.tiny import resolve_model  # torch: imported here, so Ray workers (drive only) stay light
 
         model_path = resolve_model(engine_cfg.model)
         chat = ChatFormat.from_pretrained(model_path)
-        if engine_cfg.kind == "oracle":
-            from lego.engines.oracle import OracleEngine
-            from lego.engines.transformers_engine import TransformersEngine
-
-            scorer = TransformersEngine.from_config(engine_cfg.model_copy(update={"kind": "transformers"}))
-            engine: Engine = OracleEngine(chat, scorer)
-        else:
-            engine = build_engine(engine_cfg)
+        engine = build_engine(engine_cfg)
         tmp = tempfile.TemporaryDirectory(prefix="lego-proxy-")
         cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock")})
         proxy = ProxyServer(engine, chat, cfg)
@@ -117,9 +110,7 @@ class Policy:
 
     def close(self) -> None:
         self.proxy.stop()
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            asyncio.run(close())
+        asyncio.run(self.engine.close())
         if self._tmp is not None:
             self._tmp.cleanup()
 

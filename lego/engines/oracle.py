@@ -34,6 +34,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from lego.config import EngineConfig
 from lego.engines.base import Engine
 from lego.errors import EngineError
 from lego.types import Generation, RequestContext, SamplingParams
@@ -250,6 +251,17 @@ class OracleEngine:
         self.max_model_len = max_model_len
         self.policy_version = 0
 
+    @classmethod
+    def from_config(cls, cfg: EngineConfig) -> OracleEngine:
+        """The oracle for ``cfg.model``: replies rendered by that model's chat template, scored by that
+        model itself (a TransformersEngine built from the same settings), so its logprobs are real."""
+        from lego.engines.transformers_engine import TransformersEngine
+        from lego.models.chat import ChatFormat
+        from lego.models.tiny import resolve_model
+
+        scorer = TransformersEngine.from_config(cfg)
+        return cls(ChatFormat.from_pretrained(resolve_model(cfg.model)), scorer)
+
     def reply_ids(self, reply: OracleReply) -> list[int]:
         """The ids the chat template puts for ``reply`` as an assistant turn, through its end-of-turn token."""
         base = [{"role": "user", "content": "."}]
@@ -295,4 +307,4 @@ class OracleEngine:
         raise EngineError("the oracle engine has no weights to load; it proves integration and never trains")
 
     async def close(self) -> None:
-        return None
+        await self.scorer.close()

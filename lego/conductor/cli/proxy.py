@@ -16,8 +16,7 @@ import threading
 
 import click
 
-from lego.config import ProxyConfig
-from lego.errors import ConfigError
+from lego.config import EngineConfig, ProxyConfig
 from lego.proxies.server import ProxyServer
 
 __all__ = ["proxy"]
@@ -93,19 +92,16 @@ def proxy(
     strict: bool,
 ) -> None:
     """Serve MODEL behind OpenAI chat, Anthropic messages and OpenAI responses endpoints."""
+    from lego.engines import build_engine
     from lego.models.chat import ChatFormat
+    from lego.models.tiny import resolve_model
 
-    if engine_kind == "vllm" and not vllm_url:
-        raise ConfigError("--engine vllm needs --vllm-url, e.g. --vllm-url http://127.0.0.1:8000")
-    chat_format = ChatFormat.from_pretrained(model)
-    if engine_kind == "vllm":
-        from lego.engines.vllm import VLLMEngine
-
-        engine = VLLMEngine(str(vllm_url), max_model_len=max_model_len)
-    else:
-        from lego.engines.transformers_engine import TransformersEngine
-
-        engine = TransformersEngine(model, device=device, max_model_len=max_model_len)  # type: ignore[assignment]
+    # EngineConfig validates the engine settings (vllm without a URL names the fix) and
+    # build_engine is the one place engines are built.
+    engine = build_engine(
+        EngineConfig(kind=engine_kind, model=model, device=device, max_model_len=max_model_len, vllm_url=vllm_url)  # type: ignore[arg-type]
+    )
+    chat_format = ChatFormat.from_pretrained(resolve_model(model))
     config = ProxyConfig(
         host=host, port=port, uds=uds, api_key=api_key, served_model_name=served_model_name, strict_sessions=strict
     )
