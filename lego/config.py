@@ -59,6 +59,20 @@ class EngineConfig(_Section):
     max_model_len: int | None = Field(None, ge=16, description="Context window; default: the model's own.")
     vllm_url: str | None = Field(None, description="Base URL of `vllm serve` (engine.kind='vllm').")
     vllm_api_key: str | None = None
+    vllm_weight_sync: Literal["full", "lora"] = Field(
+        "full",
+        description="engine.kind='vllm': how trained weights reach the server. full: rewrite the safetensors in "
+        "engine.vllm_weights_dir (the directory vLLM serves) and reload them; lora: hot-load the adapter "
+        "(training.finetune='lora', vLLM run with --enable-lora).",
+    )
+    vllm_weights_dir: str | None = Field(
+        None,
+        description="engine.kind='vllm', training: where the trainer writes weights for vLLM (full: the model "
+        "directory `vllm serve` was started on; lora: adapters go under <dir>/adapters).",
+    )
+    vllm_weights_dir_remote: str | None = Field(
+        None, description="engine.vllm_weights_dir as the vLLM server sees it (default: the same path)."
+    )
     request_timeout_s: float = Field(600.0, gt=0)
     seed: int = 0
     num_threads: int | None = Field(
@@ -318,6 +332,18 @@ class LegoConfig(_Section):
             )
         if self.engine.kind == "vllm" and not self.engine.vllm_url:
             raise ValueError("engine.kind='vllm' needs engine.vllm_url, e.g. -o engine.vllm_url=http://127.0.0.1:8000")
+        if self.engine.kind == "vllm" and self.engine.vllm_weight_sync == "lora":
+            if self.training.finetune != "lora":
+                raise ValueError(
+                    "engine.vllm_weight_sync='lora' hot-loads an adapter; set training.finetune='lora' "
+                    "or engine.vllm_weight_sync='full'"
+                )
+            if self.training.lora_modules_to_save:
+                raise ValueError(
+                    "vLLM serves LoRA adapters on linear layers only, so training.lora_modules_to_save "
+                    f"({self.training.lora_modules_to_save}) cannot travel as an adapter; set "
+                    "engine.vllm_weight_sync='full' (pushes the merged weights) or training.lora_modules_to_save=[]"
+                )
         if self.harness.weights:
             bad = [k for k, w in self.harness.weights.items() if w < 0]
             if bad or sum(self.harness.weights.values()) <= 0:
