@@ -1,12 +1,21 @@
 """Policy-gradient losses as pure functions (verl core_algos style), registered by name.
 
-Every loss has the signature ``(old_logp, logp, adv, mask, cfg, **extras) -> (loss, metrics)``:
+Every loss has the signature ``(inputs: LossInputs, cfg: AlgorithmConfig) -> (loss, metrics)``.
+:class:`LossInputs` names each tensor the loss reads, so a misspelt input is a ``TypeError`` at the
+call, not a silently ignored keyword:
 
-    old_logp   (B, T)  log π_old of each response token (recomputed by the trainer, no grad)
-    logp       (B, T)  log πθ of the same tokens (with grad)
-    adv        (B,)    one advantage per row (a row is a segment)
-    mask       (B, T)  1 for sampled tokens, 0 for tool output, template tokens and padding
-    cfg        AlgorithmConfig
+    logp           (B, T)  log πθ of each response token (with grad)
+    old_logp       (B, T)  log π_old of the same tokens (recomputed by the trainer, no grad)
+    advantages     (B,)    one advantage per row (a row is a segment)
+    mask           (B, T)  1 for sampled tokens, 0 for tool output, template tokens and padding
+    token_weight   (B, T)  optional: the aggregation weights (:func:`token_weights`)
+    seq_log_ratio  (B,)    optional: GSPO's Δ for each row's episode (:func:`episode_log_ratio`)
+    rollout_logp   (B, T)  optional: the engine's logprobs, for truncated importance sampling
+    ref_logp       (B, T)  optional: the reference policy's logprobs, for the KL term
+
+"No logprob" is ``None`` for the whole tensor; inside a tensor, only positions with ``mask == 1``
+are read (a recorded segment always has a logprob at a sampled token; the filler elsewhere is
+never a value the loss uses).
 
 How the per-token losses are averaged is a separate setting (``algorithm.aggregation``), applied
 through per-token weights (:func:`token_weights`). The trainer computes those weights once over the
@@ -14,15 +23,13 @@ whole batch and passes them to every micro-batch, so summing micro-batch losses 
 full-batch loss (gradient accumulation 1×8 == 8×1), and so that an *episode* — not a segment — is
 the unit: all segments of one trajectory share one ``episode_index``.
 
-Optional extras, each switched on by its own setting:
+The optional terms, each switched on by its own setting:
 
-- ``seq_log_ratio`` (B,): GSPO's Δ for each row's episode, precomputed (see :func:`episode_log_ratio`);
-  default: each row is its own sequence.
-- ``rollout_logp`` (B, T) with ``cfg.tis_cap``: truncated importance sampling (Yao et al. 2025,
-  "Your efficient RL framework secretly brings you off-policy RL training"): each token's loss is
+- ``rollout_logp`` with ``cfg.tis_cap``: truncated importance sampling (Yao et al. 2025, "Your
+  efficient RL framework secretly brings you off-policy RL training"): each token's loss is
   multiplied by min(π_old/π_rollout, cap), correcting for the engine sampling from a slightly
   different distribution than the trainer computes.
-- ``ref_logp`` (B, T) with ``cfg.kl_coef > 0``: the k3 estimator of KL(πθ‖π_ref) (Schulman 2020,
+- ``ref_logp`` with ``cfg.kl_coef > 0``: the k3 estimator of KL(πθ‖π_ref) (Schulman 2020,
   "Approximating KL divergence"), added as ``kl_coef · agg(k3)``.
 
 The returned ``metrics`` are plain floats averaged over this call's mask-1 tokens, plus
@@ -32,7 +39,8 @@ The returned ``metrics`` are plain floats averaged over this call's mask-1 token
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -40,9 +48,13 @@ from lego.config import AlgorithmConfig
 
 __all__ = [
     "POLICY_LOSSES",
+    "LossInputs",
     "PolicyLoss",
     "episode_log_ratio",
+    "episode_log_ratio_from_sums",
+    "episode_log_ratio_sums",
     "get_policy_loss",
+    "gspo_log_ratio",
     "gspo_policy_loss",
     "k3_kl",
     "policy_loss_for",
@@ -53,16 +65,35 @@ __all__ = [
 _LOG_RATIO_CLAMP = 20.0  # exp(±20) keeps a wildly off-policy token finite; no effect on-policy
 
 
+@dataclass(frozen=True, kw_only=True)
+class LossInputs:
+    """The tensors a policy loss reads (shapes in the module docstring); checked on construction."""
+
+    logp: torch.Tensor
+    old_logp: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    token_weight: torch.Tensor | None = None
+    seq_log_ratio: torch.Tensor | None = None
+    rollout_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        bt = tuple(self.logp.shape)
+        if len(bt) != 2:
+            raise ValueError(f"LossInputs.logp has shape {bt}; pass one row per segment: (B, T)")
+        for name in ("old_logp", "mask", "token_weight", "rollout_logp", "ref_logp"):
+            t = getattr(self, name)
+            if t is not None and tuple(t.shape) != bt:
+                raise ValueError(f"LossInputs.{name} has shape {tuple(t.shape)}; it must match logp's {bt}")
+        for name in ("advantages", "seq_log_ratio"):
+            t = getattr(self, name)
+            if t is not None and tuple(t.shape) != bt[:1]:
+                raise ValueError(f"LossInputs.{name} has shape {tuple(t.shape)}; pass one value per row: ({bt[0]},)")
+
+
 class PolicyLoss(Protocol):
-    def __call__(
-        self,
-        old_logp: torch.Tensor,
-        logp: torch.Tensor,
-        adv: torch.Tensor,
-        mask: torch.Tensor,
-        cfg: AlgorithmConfig,
-        **extras: Any,
-    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+    def __call__(self, inputs: LossInputs, cfg: AlgorithmConfig) -> tuple[torch.Tensor, dict[str, float]]: ...
 
 
 def token_weights(mask: torch.Tensor, aggregation: str, episode_index: torch.Tensor | None = None) -> torch.Tensor:
@@ -100,23 +131,53 @@ def token_weights(mask: torch.Tensor, aggregation: str, episode_index: torch.Ten
     return w.to(torch.float32)
 
 
+def episode_log_ratio_sums(
+    old_logp: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor, episode_index: torch.Tensor, num_episodes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two sums GSPO's Δ is the quotient of, per episode, float64: (E,), (E,).
+
+    ``Σ mₜ (log πθₜ − log π_oldₜ)`` and ``Σ mₜ`` over the rows of each episode. Sums add across
+    micro-batches and ranks, so a trainer that sees an episode's segments in pieces adds these up
+    and divides once (:func:`episode_log_ratio_from_sums`), getting the same Δ as one big batch.
+    """
+    m = mask.to(torch.float64)
+    diff = ((logp.detach().double() - old_logp.detach().double()) * m).sum(-1)  # (B,)
+    idx = episode_index.to(mask.device).long()
+    num = torch.zeros(num_episodes, dtype=torch.float64, device=mask.device).index_add_(0, idx, diff)
+    den = torch.zeros(num_episodes, dtype=torch.float64, device=mask.device).index_add_(0, idx, m.sum(-1))
+    return num, den
+
+
+def episode_log_ratio_from_sums(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """Δₑ = num / den per episode (an episode without sampled tokens gets 0): (E,), float64."""
+    return num / den.clamp(min=1.0)
+
+
 def episode_log_ratio(
     old_logp: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor, episode_index: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """GSPO's Δ per row, pooled over the row's episode, detached: (B,).
+    """GSPO's Δ per row, pooled over the row's episode, detached: (B,), in ``logp``'s dtype.
 
     Δₑ = Σ_{rows of e} Σₜ mₜ (log πθₜ − log π_oldₜ) / Σ_{rows of e} Σₜ mₜ, so log sᵢ = Δ is the
-    log of the length-normalised sequence likelihood ratio (πθ(yᵢ)/π_old(yᵢ))^(1/|yᵢ|).
+    log of the length-normalised sequence likelihood ratio (πθ(yᵢ)/π_old(yᵢ))^(1/|yᵢ|). Summed in
+    float64, rounded once to ``logp``'s dtype. Default: each row is its own episode.
     """
-    m = mask.to(torch.float64)
-    diff = ((logp.detach().double() - old_logp.double()) * m).sum(-1)
-    if episode_index is None:
-        return (diff / m.sum(-1).clamp(min=1.0)).to(logp.dtype)
-    idx = episode_index.to(mask.device).long()
-    size = int(idx.max().item()) + 1
-    num = torch.zeros(size, dtype=torch.float64, device=mask.device).index_add_(0, idx, diff)
-    den = torch.zeros(size, dtype=torch.float64, device=mask.device).index_add_(0, idx, m.sum(-1))
-    return (num / den.clamp(min=1.0))[idx].to(logp.dtype)
+    b = mask.shape[0]
+    idx = torch.arange(b, device=mask.device) if episode_index is None else episode_index.to(mask.device).long()
+    size = int(idx.max().item()) + 1 if b else 0
+    num, den = episode_log_ratio_sums(old_logp, logp, mask, idx, size)
+    return episode_log_ratio_from_sums(num, den)[idx].to(logp.dtype)
+
+
+def gspo_log_ratio(logp: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """log sᵢₜ = sg[Δᵢ] + log πθₜ − sg[log πθₜ]: value Δᵢ, gradient ∇log πθₜ. (B, T).
+
+    Computed in verl's order, ``logp − sg[logp] + Δ``: ``logp − sg[logp]`` is exactly 0 in any
+    float format, so every token of a row gets bitwise the same ratio and a sequence is clipped
+    whole. The other order, ``(Δ + logp) − logp``, rounds Δ against each token's logp and in fp32
+    spreads the ratio over a row by ~1e-6 — enough to clip part of a sequence near a clip edge.
+    """
+    return logp - logp.detach() + delta.detach()[:, None].to(logp.dtype)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -126,16 +187,11 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 def _clipped_objective(
-    log_ratio: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: AlgorithmConfig,
-    old_logp: torch.Tensor,
-    logp: torch.Tensor,
-    extras: dict[str, Any],
+    log_ratio: torch.Tensor, inputs: LossInputs, cfg: AlgorithmConfig
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """max(−A·s, −A·clip(s, 1−ε_low, 1+ε_high)) per token, then TIS, aggregation and KL."""
-    a = adv[:, None] if adv.dim() == 1 else adv
+    logp, old_logp, mask = inputs.logp, inputs.old_logp, inputs.mask
+    a = inputs.advantages[:, None]
     ratio = torch.exp(log_ratio.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))  # (B, T)
     loss1 = -a * ratio
     loss2 = -a * ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
@@ -144,24 +200,32 @@ def _clipped_objective(
     n = m.sum().clamp(min=1.0)
     metrics: dict[str, float] = {}
 
-    rollout_logp = extras.get("rollout_logp")
-    if cfg.tis_cap is not None and rollout_logp is not None:
-        raw = torch.exp((old_logp - rollout_logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)) * m
+    if cfg.tis_cap is not None:
+        if inputs.rollout_logp is None:
+            raise ValueError(
+                "algorithm.tis_cap is set but LossInputs.rollout_logp is None; "
+                "pass the engine's logprobs or set algorithm.tis_cap to null"
+            )
+        # Masked positions are zeroed before exp so a filler value there never reaches the loss.
+        diff = (old_logp - inputs.rollout_logp).masked_fill(m == 0, 0.0)
+        raw = torch.exp(diff.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)) * m
         tis = raw.clamp(max=cfg.tis_cap).detach()
         per_token = per_token * tis
         metrics["actor/tis_weight_mean"] = float((tis * m).sum() / n)
         metrics["actor/tis_clipfrac"] = float(((raw > cfg.tis_cap).to(m.dtype) * m).sum() / n)
 
-    w = extras.get("token_weight")
-    if w is None:
-        w = token_weights(mask, cfg.aggregation)
+    w = inputs.token_weight if inputs.token_weight is not None else token_weights(mask, cfg.aggregation)
     w = w.to(per_token.dtype)
     pg_loss = (per_token * w).sum()
     loss = pg_loss
 
-    ref_logp = extras.get("ref_logp")
-    if cfg.kl_coef > 0 and ref_logp is not None:
-        kl = k3_kl(logp, ref_logp)
+    if cfg.kl_coef > 0:
+        if inputs.ref_logp is None:
+            raise ValueError(
+                "algorithm.kl_coef > 0 but LossInputs.ref_logp is None; "
+                "pass the reference policy's logprobs or set algorithm.kl_coef to 0"
+            )
+        kl = k3_kl(logp, inputs.ref_logp)
         kl_loss = (kl * w).sum()
         loss = loss + cfg.kl_coef * kl_loss
         metrics["actor/kl_loss"] = float(kl_loss.detach())
@@ -184,46 +248,33 @@ def _clipped_objective(
     return loss, metrics
 
 
-def gspo_policy_loss(
-    old_logp: torch.Tensor,
-    logp: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: AlgorithmConfig,
-    **extras: Any,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def gspo_policy_loss(inputs: LossInputs, cfg: AlgorithmConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO (Zheng et al. 2025, arXiv:2507.18071), token form of the sequence-level ratio.
 
     Δᵢ = Σₜ mₜ (log πθₜ − log π_oldₜ) / Σₜ mₜ                      (``seq_log_ratio``, or per row)
     log sᵢₜ = sg[Δᵢ] + log πθₜ − sg[log πθₜ]                        (value exp(Δᵢ), grad sᵢ·∇log πθₜ)
     ℓᵢₜ = max(−Aᵢ sᵢₜ, −Aᵢ clip(sᵢₜ, 1 − ε_low, 1 + ε_high))      (ε = 3e-4 / 4e-4 in the paper)
 
-    Every token of a sequence shares one ratio, so the sequence is clipped as a whole; with
-    ``seq-mean-token-mean`` aggregation the gradient equals the paper's sequence-level GSPO gradient.
+    Every token of a sequence shares one ratio, bitwise (:func:`gspo_log_ratio`), so the sequence
+    is clipped as a whole; with ``seq-mean-token-mean`` aggregation the gradient equals the paper's
+    sequence-level GSPO gradient.
     """
-    seq = extras.get("seq_log_ratio")
-    delta = episode_log_ratio(old_logp, logp, mask) if seq is None else seq.detach()
-    log_ratio = delta[:, None].to(logp.dtype) + logp - logp.detach()
-    return _clipped_objective(log_ratio, adv, mask, cfg, old_logp, logp, extras)
+    delta = inputs.seq_log_ratio
+    if delta is None:
+        delta = episode_log_ratio(inputs.old_logp, inputs.logp, inputs.mask)
+    return _clipped_objective(gspo_log_ratio(inputs.logp, delta), inputs, cfg)
 
 
-def token_policy_loss(
-    old_logp: torch.Tensor,
-    logp: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: AlgorithmConfig,
-    **extras: Any,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def token_policy_loss(inputs: LossInputs, cfg: AlgorithmConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip with a per-token ratio (Schulman et al. 2017, arXiv:1707.06347; GRPO's objective).
 
     sᵢₜ = exp(log πθₜ − log π_oldₜ);  ℓᵢₜ = max(−Aᵢ sᵢₜ, −Aᵢ clip(sᵢₜ, 1 − ε_low, 1 + ε_high))
     (ε = 0.2 / 0.28 with DAPO's clip-higher).
     """
-    return _clipped_objective(logp - old_logp, adv, mask, cfg, old_logp, logp, extras)
+    return _clipped_objective(inputs.logp - inputs.old_logp, inputs, cfg)
 
 
-POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] = {
+POLICY_LOSSES: dict[str, PolicyLoss] = {
     "gspo": gspo_policy_loss,
     "ppo": token_policy_loss,
 }
@@ -232,13 +283,13 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] =
 _BY_RATIO_LEVEL = {"sequence": "gspo", "token": "ppo"}
 
 
-def get_policy_loss(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, float]]]:
+def get_policy_loss(name: str) -> PolicyLoss:
     """The loss registered as ``name``; an unknown name lists the valid ones."""
     if name not in POLICY_LOSSES:
         raise ValueError(f"unknown policy loss {name!r}; valid names: {', '.join(sorted(POLICY_LOSSES))}")
     return POLICY_LOSSES[name]
 
 
-def policy_loss_for(cfg: AlgorithmConfig) -> Callable[..., tuple[torch.Tensor, dict[str, float]]]:
+def policy_loss_for(cfg: AlgorithmConfig) -> PolicyLoss:
     """The loss that ``algorithm.ratio_level`` selects (sequence -> gspo, token -> ppo)."""
     return get_policy_loss(_BY_RATIO_LEVEL[cfg.ratio_level])

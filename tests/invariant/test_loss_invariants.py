@@ -6,7 +6,7 @@ vocabulary) stands in for the model so gradients are real and cheap.
 
 import torch
 
-from lego.algos import episode_log_ratio, group_advantages, gspo_policy_loss, token_policy_loss, token_weights
+from lego.algos import LossInputs, episode_log_ratio, group_advantages, gspo_policy_loss, token_policy_loss, token_weights
 from lego.config import AlgorithmConfig
 
 GSPO = AlgorithmConfig()
@@ -27,6 +27,10 @@ def _policy(seed=0, b=4, t=6, v=16, d=8):
     return w, logp_fn, mask
 
 
+def _inputs(old, logp, adv, mask, **optional):
+    return LossInputs(logp=logp, old_logp=old, advantages=adv, mask=mask, **optional)
+
+
 def _grad(w, loss):
     (g,) = torch.autograd.grad(loss, w)
     return g
@@ -40,7 +44,7 @@ def test_on_policy_ratio_is_exactly_one_and_gradient_is_plain_pg():
             adv = torch.tensor([1.0, -0.5, 2.0, -2.5])
             logp = logp_fn()
             old = logp.detach().clone()
-            loss, m = fn(old, logp, adv, mask, cfg)
+            loss, m = fn(_inputs(old, logp, adv, mask), cfg)
             assert m["actor/ratio_max"] == 1.0 and m["actor/ratio_min"] == 1.0
             assert m["actor/pg_clipfrac"] == 0.0
             weights = token_weights(mask, agg)
@@ -54,12 +58,12 @@ def test_accumulation_1x8_equals_8x1():
     with torch.no_grad():
         old = logp_fn() + 0.01 * torch.randn(8, 6)  # slightly off-policy so clipping is exercised
     weights = token_weights(mask, GSPO.aggregation)
-    loss, _ = gspo_policy_loss(old, logp_fn(), adv, mask, GSPO, token_weight=weights)
+    loss, _ = gspo_policy_loss(_inputs(old, logp_fn(), adv, mask, token_weight=weights), GSPO)
     full = _grad(w, loss)
     acc = torch.zeros_like(full)
     for i in range(8):
         sl = slice(i, i + 1)
-        part, _ = gspo_policy_loss(old[sl], logp_fn()[sl], adv[sl], mask[sl], GSPO, token_weight=weights[sl])
+        part, _ = gspo_policy_loss(_inputs(old[sl], logp_fn()[sl], adv[sl], mask[sl], token_weight=weights[sl]), GSPO)
         acc += _grad(w, part)
     assert torch.allclose(full, acc, rtol=1e-5, atol=1e-8)
 
@@ -72,8 +76,8 @@ def test_sequence_and_token_ratios_agree_on_length_one_sequences():
     adv = torch.tensor([1.0, -1.0, 0.5, 2.0, -0.3])
     with torch.no_grad():
         old = logp_fn() + 0.0002 * torch.randn(5, 3)
-    ls, ms = gspo_policy_loss(old, logp_fn(), adv, mask, GSPO)
-    lt, mt = token_policy_loss(old, logp_fn(), adv, mask, cfg_tok)
+    ls, ms = gspo_policy_loss(_inputs(old, logp_fn(), adv, mask), GSPO)
+    lt, mt = token_policy_loss(_inputs(old, logp_fn(), adv, mask), cfg_tok)
     assert torch.allclose(ls, lt)
     assert ms["actor/pg_clipfrac"] == mt["actor/pg_clipfrac"]
     assert torch.allclose(_grad(w, ls), _grad(w, lt), rtol=1e-6, atol=1e-9)
@@ -86,7 +90,7 @@ def test_zero_spread_group_contributes_zero_gradient():
     with torch.no_grad():
         old = logp_fn() + 0.1 * torch.randn(4, 6)  # off-policy too: still nothing
     for fn, cfg in ((gspo_policy_loss, GSPO), (token_policy_loss, PPO)):
-        loss, _ = fn(old, logp_fn(), adv, mask, cfg)
+        loss, _ = fn(_inputs(old, logp_fn(), adv, mask), cfg)
         assert torch.count_nonzero(_grad(w, loss)) == 0
 
 
@@ -97,7 +101,7 @@ def test_clipping_bounds_hold():
     adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
     mask = torch.ones(4, 1)
     for fn, cfg in ((gspo_policy_loss, GSPO), (token_policy_loss, GSPO.model_copy(update={"ratio_level": "token"}))):
-        loss, m = fn(old, logp, adv, mask, cfg)
+        loss, m = fn(_inputs(old, logp, adv, mask), cfg)
         (g,) = torch.autograd.grad(loss, logp)
         # A>0 & ratio above 1+eps_high, A<0 & ratio below 1-eps_low: clipped, no gradient
         assert g[0, 0] == 0.0 and g[3, 0] == 0.0
@@ -131,7 +135,7 @@ def test_two_segment_episode_equals_one_segment_with_same_tokens():
             adv = torch.tensor([1.5, -1.0])
         weights = token_weights(mask, GSPO.aggregation, ep)
         delta = episode_log_ratio(old, logp, mask, ep)
-        loss, _ = gspo_policy_loss(old, logp, adv, mask, GSPO, token_weight=weights, seq_log_ratio=delta)
+        loss, _ = gspo_policy_loss(_inputs(old, logp, adv, mask, token_weight=weights, seq_log_ratio=delta), GSPO)
         loss.backward()
         return loss.detach(), leaf.grad, oth.grad
 
