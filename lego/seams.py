@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from lego.engines.base import Engine
-from lego.types import Endpoint, ExecResult, HarnessLimits, HarnessResult, Task
+from lego.errors import TaskError
+from lego.types import Endpoint, ExecResult, HarnessLimits, HarnessResult, MainThreadSpec, Task
 
 __all__ = ["Engine", "Harness", "PreparedRun", "Sandbox", "TaskSource"]
 
@@ -24,12 +25,15 @@ class Sandbox(Protocol):
 
     ``root`` is the repo on the host; ``repo_dir`` is the same directory as seen by commands run
     inside the sandbox. ``proxy_port`` is the loopback port inside the sandbox that reaches the
-    recording proxy (None when the sandbox was created without a proxy bridge).
+    recording proxy (None when the sandbox was created without a proxy bridge). ``history_strip``:
+    whether the repo the agent sees was verified, when the backend built it, to hold one commit, no
+    remotes, no reflog and no object of any other commit (the ``history_strip`` guard).
     """
 
     root: Path
     repo_dir: str
     proxy_port: int | None
+    history_strip: bool
 
     def exec(
         self,
@@ -83,9 +87,22 @@ class PreparedRun:
 
 @runtime_checkable
 class Harness(Protocol):
-    """An unmodified agent harness, driven through configuration only; holds no per-rollout state."""
+    """An unmodified agent harness, driven through configuration only; holds no per-rollout state.
+
+    ``min_memory_mb``: the least per-process address space (RLIMIT_AS) the harness runs under; the
+    sandbox gets at least that (Bun-built CLIs reserve several GB at start and die at random under
+    less); 0: the sandbox's own limit. ``main_thread``: how the proxy tells the harness's main
+    conversation from its side calls when its default rule cannot (a harness whose main request has
+    no tools); None: the default rule."""
 
     name: str
+    min_memory_mb: int
+    main_thread: MainThreadSpec | None
+
+    def ro_binds(self) -> list[Path]:
+        """Host paths whoever creates the sandbox must bind read-only (same path inside) for the harness
+        to run: its install dir, an interpreter outside /usr; empty for a harness that brings nothing."""
+        ...
 
     def version(self) -> str:
         """The installed harness version (recorded on every trajectory)."""
@@ -104,12 +121,32 @@ class Harness(Protocol):
 
 @runtime_checkable
 class TaskSource(Protocol):
-    """Yields :class:`Task` records (SWE-bench JSONL shape)."""
+    """Yields :class:`Task` records (SWE-bench JSONL shape) and makes them ready to run.
+
+    ``records`` lists a split without touching any repo (fast, for listing and sampling);
+    ``materialize`` makes one record ready (its ``repo_path`` a local checkout: a shipped suite builds
+    it then, a JSONL record is ready as read); ``tasks`` and ``get`` return ready tasks. ``errors``
+    holds the malformed records that were skipped (each names its line and the reason)."""
 
     name: str
+    errors: list[TaskError]
 
-    def splits(self) -> list[str]: ...
+    def splits(self) -> list[str]:
+        """The split names this source holds."""
+        ...
 
-    def tasks(self, split: str | None = None) -> Iterator[Task]: ...
+    def records(self, split: str | None = None) -> list[Task]:
+        """The records of ``split`` (default: the source's own split; None: all), repos not yet made."""
+        ...
 
-    def get(self, instance_id: str) -> Task: ...
+    def materialize(self, task: Task) -> Task:
+        """``task`` ready to run: ``repo_path`` set to a local checkout where the source provides one."""
+        ...
+
+    def tasks(self, split: str | None = None) -> Iterator[Task]:
+        """The ready tasks of ``split``: :meth:`materialize` of each of :meth:`records`."""
+        ...
+
+    def get(self, instance_id: str) -> Task:
+        """One ready task by id, or a :class:`~lego.errors.TaskError` naming the fix."""
+        ...

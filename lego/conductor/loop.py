@@ -9,6 +9,7 @@ Simplifications, and why:
   and the clip matters only off-policy; it keeps a CPU step cheap.
 - The engine and the trainer hold separate copies of the weights in-process; the sync copies a
   state dict (cheap for the tiny default; for big models the vLLM path pushes through its API).
+  ``lego.conductor.weight_sync.build_weight_sync`` picks the delivery from ``engine.kind``.
 
 Run directory (everything written atomically; ``--resume`` continues after the last checkpoint)::
 
@@ -40,7 +41,7 @@ from lego.conductor.checkpoint import check_compatible, load_latest, read_config
 from lego.conductor.cli.basic import to_toml
 from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
 from lego.conductor.trainer import Trainer, items_from_trajectories
-from lego.conductor.weight_sync import sync_weights
+from lego.conductor.weight_sync import WeightSync, build_weight_sync
 from lego.config import LegoConfig, validate_config
 from lego.errors import ConfigError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
@@ -178,7 +179,7 @@ def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[T
 
     ``lazy``: shipped suites (builtin, starter) come back as records and are materialised when a step
     picks them, so a 1000-task split does not cost a minute of git before the first step."""
-    from lego.sandboxes.tasks.sources import BuiltinSource, load_source
+    from lego.sandboxes.tasks.sources import load_source
 
     spec = (
         cfg.tasks.source
@@ -186,17 +187,15 @@ def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[T
         else f"{cfg.tasks.source}:{split}"
     )
     source = load_source(spec)
-    tasks = list(source.records()) if isinstance(source, BuiltinSource) else list(source.tasks())
+    tasks = source.records()
     if cfg.tasks.limit:
         random.Random(cfg.tasks.shuffle_seed).shuffle(tasks)
         tasks = tasks[: cfg.tasks.limit]
     if not tasks:
         raise ConfigError(f"tasks.source={cfg.tasks.source!r} split {split!r} holds no tasks")
-    if isinstance(source, BuiltinSource):
-        if not lazy:
-            return [source.prepare(t) for t in tasks], _ready
-        return tasks, source.prepare
-    return tasks, _ready
+    if lazy:
+        return tasks, source.materialize
+    return [source.materialize(t) for t in tasks], _ready
 
 
 def _ready(task: Task) -> Task:
@@ -221,7 +220,7 @@ def _rollouts(
         harness = _harness_for(task, cfg, rng)
         for k in range(g):
             opts = RolloutOptions(
-                training=cfg.training.sampling_override,
+                override_sampling=cfg.training.sampling_override,
                 temperature=cfg.algorithm.temperature,
                 seed=_seed(cfg.training.seed, step, ti, k),
                 max_turns=cfg.harness.max_turns,
@@ -277,7 +276,7 @@ def validate(runner: RolloutRunner, cfg: LegoConfig, tasks: Sequence[Task], out_
 
     def run_sample(key: SampleKey) -> SampleResult:
         opts = RolloutOptions(
-            training=True,
+            override_sampling=True,
             temperature=spec.temperature,
             seed=key.seed,
             max_turns=spec.max_turns,
@@ -309,9 +308,11 @@ def train(
             last_line = extra.get("metrics")
         _reconcile_metrics(run, trainer.step_count, last_line)
         policy = Policy.start(cfg.engine, cfg.proxy, name="policy")
+    weights: WeightSync | None = None
     try:
+        weights = build_weight_sync(cfg.engine, policy.engine)  # engine.kind picks how weights travel
         if trainer.step_count:
-            sync_weights(trainer, policy.engine)
+            weights.push(trainer)
             console.print(f"resumed {run.root} after step {trainer.step_count} ({ckpt})")
         ready = (
             f"ready in {time.monotonic() - t_setup:.1f}s: {len(tasks)} {cfg.tasks.split} tasks, "
@@ -343,7 +344,7 @@ def train(
             )
             items = items_from_trajectories(trajs, advantages, side_threads=cfg.training.train_side_threads)
             train_m = trainer.step(items) if items else {}
-            version = sync_weights(trainer, policy.engine) if items else policy.engine.policy_version
+            version = weights.push(trainer) if items else policy.engine.policy_version
             m = step_metrics(trajs, train_m)
             sampled = sum(t.num_sampled_tokens for t in trajs)
             m.update(
@@ -376,5 +377,7 @@ def train(
             if on_step is not None:
                 on_step(step, m)
     finally:
+        if weights is not None:
+            weights.close()
         policy.close()
     return run

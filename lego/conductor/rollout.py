@@ -6,7 +6,7 @@ guards → a :class:`~lego.types.Trajectory` holding the token-exact segments th
 
     policy = Policy.start(cfg.engine, cfg.proxy, run_dir)      # engine + chat format + proxy server
     runner = RolloutRunner(cfg, policy)
-    traj = runner.run(task, "lego-agent", RolloutOptions(training=True, temperature=1.0, seed=7))
+    traj = runner.run(task, "lego-agent", RolloutOptions(override_sampling=True, temperature=1.0, seed=7))
 
 Failures are labelled, never raised: a sandbox that cannot be created is ``env_error``; a harness
 that crashes is ``harness_error``. Who caused the ending is ``Trajectory.cause``, decided by
@@ -43,7 +43,7 @@ from lego.models.chat import ChatFormat
 from lego.proxies.server import ProxyServer, session_endpoint
 from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.grading import grade
-from lego.sandboxes.guards import agent_texts, guard_flags, verify_history_strip
+from lego.sandboxes.guards import agent_texts, guard_flags
 from lego.seams import Harness
 from lego.types import (
     GradeResult,
@@ -119,11 +119,11 @@ class Policy:
 class RolloutOptions:
     """How one rollout samples and when it must stop.
 
-    ``training``: the proxy overrides sampling to ``temperature`` with no top-p/top-k truncation
-    (as training needs, and as eval uses so every harness samples alike). ``seed`` makes the
-    session's sampling reproducible."""
+    ``override_sampling``: the proxy samples at ``temperature`` with no top-p/top-k truncation, whatever
+    the harness asks (as training needs, and as eval uses so every harness samples alike); False lets
+    the harness choose. ``seed`` makes the session's sampling reproducible."""
 
-    training: bool = True
+    override_sampling: bool = True
     temperature: float = 1.0
     seed: int = 0
     max_turns: int = 30
@@ -175,13 +175,13 @@ class RolloutRunner:
             sid,
             metadata={"task_id": task.instance_id, "harness": harness_name, "seed": opts.seed},
             answer=task.patch if proxy.takes_answer else None,
-            training=opts.training,
+            training=opts.override_sampling,
             temperature=opts.temperature,
             max_turns=opts.max_turns,
             # Every thread together: the harness's side calls (titles, quota probes, subagents) fit in
             # this many per main turn, and a flood of new threads from the agent stops here.
             max_generations=opts.max_turns * SIDE_CALLS_PER_TURN,
-            main_thread=getattr(self.harness(harness_name), "main_thread", None),  # declared by the adapter, if any
+            main_thread=self.harness(harness_name).main_thread,
         )
         return sid, token
 
@@ -365,9 +365,9 @@ def _drive(
 
     From the harness's launch on, the agent's commands can break anything in the sandbox, so every
     exception there is caught and attributed later (:func:`lego.conductor.verdict.attribute`)."""
-    ro_binds = list(getattr(harness, "ro_binds", lambda: [])())
+    ro_binds = harness.ro_binds()
     # Bun-built harnesses reserve GBs of address space at start and die at random under less
-    memory_mb = max(cfg.sandbox.memory_mb, int(getattr(harness, "min_memory_mb", 0)))
+    memory_mb = max(cfg.sandbox.memory_mb, harness.min_memory_mb)
     sandbox_cfg = cfg.sandbox.model_copy(update={"memory_mb": memory_mb})
     try:
         sandbox = create_sandbox(sandbox_cfg, task, proxy_uds=proxy_uds, ro_binds=ro_binds)
@@ -375,8 +375,7 @@ def _drive(
         return DriveOutcome.failed("sandbox", _describe(exc))
     try:
         try:
-            held = getattr(sandbox, "history_strip", None)  # backends verify it when they build the copy
-            history_ok = bool(held) if held is not None else verify_history_strip(sandbox.root)
+            history_ok = sandbox.history_strip  # verified by the backend when it built the copy
             root_url = f"http://127.0.0.1:{sandbox.proxy_port}"  # the sandbox's bridge to the model face
             endpoint = session_endpoint(root_url, sid, token, proxy_cfg.served_model_name)
             prepared = harness.prepare(sandbox, endpoint)
@@ -460,7 +459,7 @@ def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path) -> Calla
         with lock:
             runner = runner_for(key.policy)
         opts = RolloutOptions(
-            training=True,
+            override_sampling=True,
             temperature=spec.temperature,
             seed=key.seed,
             max_turns=spec.max_turns,

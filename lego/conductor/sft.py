@@ -218,13 +218,11 @@ def run_sft(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from lego.conductor.sft_data import generate
-    from lego.sandboxes.tasks.sources import BuiltinSource, load_source
+    from lego.sandboxes.tasks.sources import load_source
 
     console = Console(stderr=True, quiet=quiet)
     t0 = time.monotonic()
     source = load_source(f"{cfg.source}:{cfg.split}")
-    if not isinstance(source, BuiltinSource):
-        raise LegoError(f"sft source {cfg.source!r}: use a shipped suite (starter or builtin)")
     records = source.records()[: cfg.limit] if cfg.limit else source.records()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with tempfile.TemporaryDirectory(prefix="lego-sft-base-") as scratch:
@@ -234,7 +232,7 @@ def run_sft(
                 convs = [json.loads(line) for line in Path(data_in).read_text(encoding="utf-8").splitlines() if line]
             else:
                 gen = bar.add_task("sft data", total=len(records) * cfg.variants, info="")
-                tasks = [source.prepare(r) for r in records]
+                tasks = [source.materialize(r) for r in records]
                 convs = generate(tasks, cfg.seed, cfg.variants, progress=lambda: bar.advance(gen))
             if data_out:
                 Path(data_out).write_text("".join(json.dumps(c) + "\n" for c in convs), encoding="utf-8")

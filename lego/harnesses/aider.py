@@ -27,7 +27,7 @@ class AiderHarness(InstalledHarness):
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         kind="pip", package="aider-chat", version="0.86.2", executable="venv/bin/aider"
     )
-    main_thread: ClassVar[MainThreadSpec] = MainThreadSpec(system_contains="Act as an expert software developer.")
+    main_thread: MainThreadSpec | None = MainThreadSpec(system_contains="Act as an expert software developer.")
     """aider's main request carries no tools, so any request with tools would outrank it by default;
     the opening line of its edit-format system prompt names it (see :mod:`lego.proxies.recorder`)."""
 

@@ -1,12 +1,11 @@
 """The harness registry and what every adapter shares: launching the harness in the sandbox and
 turning how it ended into a :class:`~lego.types.HarnessResult`.
 
-An adapter implements :class:`lego.seams.Harness` (``name``, ``version()``, ``prepare``, ``run``)
-and ``ro_binds()``: the host paths whoever creates the sandbox must bind read-only for it. Adapters
-of installed harnesses also say ``min_memory_mb``: the sandbox's per-process address-space limit
-must be at least that (Bun-built CLIs reserve several GB of virtual memory at start). An adapter
-whose harness's main request the proxy's default rule cannot tell apart (no tools) declares it as
-``main_thread`` (a :class:`~lego.types.MainThreadSpec`), passed to the session when it is opened.
+An adapter implements :class:`lego.seams.Harness` (``name``, ``version()``, ``prepare``, ``run``,
+``ro_binds()``: the host paths whoever creates the sandbox must bind read-only for it,
+``min_memory_mb``: the least per-process address-space limit it runs under, Bun-built CLIs reserve
+several GB of virtual memory at start, and ``main_thread``: a :class:`~lego.types.MainThreadSpec`
+for a harness whose main request the proxy's default rule cannot tell apart, None otherwise).
 It only writes environment variables and config files and launches the harness's own CLI or SDK
 entry point inside the sandbox; it never patches the harness. An adapter holds configuration only:
 ``prepare`` returns a :class:`~lego.seams.PreparedRun` (home, environment, files written) that
@@ -28,7 +27,7 @@ from lego.errors import ConfigError, HarnessError
 from lego.harnesses.install import InstallSpec, installed_version
 from lego.registry import Registry
 from lego.seams import Harness, PreparedRun, Sandbox
-from lego.types import ExecResult, HarnessResult, TerminationLabel
+from lego.types import ExecResult, HarnessResult, MainThreadSpec, TerminationLabel
 
 __all__ = [
     "HARNESSES",
@@ -124,8 +123,10 @@ class InstalledHarness:
 
     name: ClassVar[str]
     install_spec: ClassVar[InstallSpec]
-    min_memory_mb: ClassVar[int] = 0
+    min_memory_mb: int = 0
     """Least per-process address space (RLIMIT_AS) the harness runs under; 0: the sandbox default."""
+    main_thread: MainThreadSpec | None = None
+    """How the proxy finds the main conversation when its default rule cannot; None: the default rule."""
 
     def version(self) -> str:
         return installed_version(self.name)

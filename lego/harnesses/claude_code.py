@@ -32,7 +32,7 @@ class ClaudeCodeHarness(InstalledHarness):
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         kind="npm", package="@anthropic-ai/claude-code", version="2.1.332", executable="npm/node_modules/.bin/claude"
     )
-    min_memory_mb: ClassVar[int] = 16384  # a Bun binary: under a 4 GB RLIMIT_AS it dies at random (SIGILL)
+    min_memory_mb: int = 16384  # a Bun binary: under a 4 GB RLIMIT_AS it dies at random (SIGILL)
 
     def __init__(self, intercept: bool = False) -> None:
         self.interceptor = Interceptor() if intercept else None

@@ -14,7 +14,7 @@ from lego.harnesses.base import json_lines, result_from_exec, sandbox_home
 from lego.harnesses.lego_agent import AGENT_FILE
 from lego.harnesses.lego_agent.agent import EXIT_MAX_TURNS, EXIT_OVERLONG, FORMAT_VERSION
 from lego.seams import PreparedRun, Sandbox
-from lego.types import Endpoint, HarnessLimits, HarnessResult, Task, TerminationLabel
+from lego.types import Endpoint, HarnessLimits, HarnessResult, MainThreadSpec, Task, TerminationLabel
 
 __all__ = ["LegoAgentHarness"]
 
@@ -24,6 +24,8 @@ class LegoAgentHarness:
 
     name: ClassVar[str] = "lego-agent"
     EXIT_LABELS: ClassVar[dict[int, TerminationLabel]] = {EXIT_MAX_TURNS: "max_turns", EXIT_OVERLONG: "overlong"}
+    min_memory_mb: int = 0  # plain CPython: the sandbox's own limit is enough
+    main_thread: MainThreadSpec | None = None  # the agent always sends its tools: the proxy's default rule finds it
 
     def __init__(self, python: str = "python3", temperature: float = 1.0, max_tokens: int = 1024) -> None:
         self.python = python

@@ -28,7 +28,7 @@ class OpenCodeHarness(InstalledHarness):
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         kind="npm", package="opencode-ai", version="1.18.33", executable="npm/node_modules/.bin/opencode"
     )
-    min_memory_mb: ClassVar[int] = 16384  # a Bun binary: under a 4 GB RLIMIT_AS it dies at random (SIGILL)
+    min_memory_mb: int = 16384  # a Bun binary: under a 4 GB RLIMIT_AS it dies at random (SIGILL)
 
     def __init__(self, context_window: int = 32768, max_output_tokens: int = 4096) -> None:
         self.context_window = context_window

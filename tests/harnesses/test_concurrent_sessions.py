@@ -72,7 +72,7 @@ def test_concurrent_oracle_rollouts_stay_in_their_own_sessions(
 ) -> None:
     if name != "lego-agent" and installed(name) is None:
         pytest.skip(f"{name} is not installed; run `lego harness install {name}`")
-    opts = RolloutOptions(training=True, temperature=1.0, seed=0, max_turns=10, timeout_s=300)
+    opts = RolloutOptions(override_sampling=True, temperature=1.0, seed=0, max_turns=10, timeout_s=300)
     trajs = runner.run_many([(t, name, opts) for t in tasks], concurrency=CONCURRENCY)
     assert len({t.session_id for t in trajs}) == len(tasks)
     for task, traj in zip(tasks, trajs, strict=True):

@@ -28,7 +28,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs the 'ray' extra: 
 if shutil.which("socat") is None or shutil.which("bwrap") is None:
     pytest.skip("the Ray backend's workers need socat and bubblewrap", allow_module_level=True)
 
-OPTS = RolloutOptions(training=True, temperature=1.0, seed=3, max_turns=10, timeout_s=300)
+OPTS = RolloutOptions(override_sampling=True, temperature=1.0, seed=3, max_turns=10, timeout_s=300)
 
 
 @pytest.fixture(scope="module")

@@ -89,7 +89,7 @@ def _play(
     engine.script = [*turns, SUBMIT]
     engine.down = down
     try:
-        opts = RolloutOptions(training=True, temperature=1.0, seed=0, max_turns=len(turns) + 2, timeout_s=120)
+        opts = RolloutOptions(override_sampling=True, temperature=1.0, seed=0, max_turns=len(turns) + 2, timeout_s=120)
         return RolloutRunner(_cfg(on_detect), policy).run(task, "lego-agent", opts)
     finally:
         engine.down = False

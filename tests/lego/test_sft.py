@@ -25,7 +25,7 @@ TASK_IDS = ["lego-builtin__intervalset-0001", "lego-builtin__matrix-0021", "lego
 def tasks() -> list[Task]:
     source = BuiltinSource("train")
     by_id = {t.instance_id: t for t in source.records()}
-    return [source.prepare(by_id[i]) for i in TASK_IDS]
+    return [source.materialize(by_id[i]) for i in TASK_IDS]
 
 
 @pytest.fixture(scope="module")

@@ -177,7 +177,7 @@ class RedTeam:
         self.engine.route(task.instance_id, script)
         runner = RolloutRunner(cfg or self.cfg, self.policy)
         opts = RolloutOptions(
-            training=True, temperature=1.0, seed=0, max_turns=max_turns or len(script), timeout_s=timeout_s
+            override_sampling=True, temperature=1.0, seed=0, max_turns=max_turns or len(script), timeout_s=timeout_s
         )
         traj = runner.run(task, "lego-agent", opts)
         self.runs.append(traj)

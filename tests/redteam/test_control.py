@@ -28,6 +28,6 @@ def test_legitimate_fix_scores_1_on_the_shipped_suites(redteam: RedTeam, suite: 
     from lego.sandboxes.tasks.sources import load_source
 
     source = load_source(f"{suite}:heldout")
-    task = source.prepare(source.records()[0])  # type: ignore[union-attr]
+    task = source.materialize(source.records()[0])
     traj = redteam.play(task, write_files({"/tmp/fix.patch": task.patch}, then="git apply /tmp/fix.patch"))
     assert_clean_pass(traj, task)

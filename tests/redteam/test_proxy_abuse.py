@@ -164,7 +164,7 @@ def test_concurrent_rollouts_stay_apart(redteam: RedTeam, task: Task, victim_tas
     redteam.engine.route(task.instance_id, [leak_probe(), submit()])
     redteam.engine.route(victim_task.instance_id, [bash(FIX), bash("echo honest-done"), submit()])
     runner = RolloutRunner(redteam.cfg, redteam.policy)
-    opts = RolloutOptions(training=True, temperature=1.0, max_turns=4, timeout_s=150)
+    opts = RolloutOptions(override_sampling=True, temperature=1.0, max_turns=4, timeout_s=150)
     attacker, honest = runner.run_many([(task, "lego-agent", opts), (victim_task, "lego-agent", opts)], concurrency=2)
     assert_policy_zero(attacker)
     assert "LEAKED PATCH" not in observations(attacker)

@@ -68,7 +68,7 @@ def test_statements_do_not_leak_the_fix(records: list[Task]):
 
 def test_materialised_repo_matches_base_commit(records: list[Task], isolated_cache: Path, tmp_path: Path):
     task = next(t for t in records if t.split == "heldout")
-    prepared = BuiltinSource().prepare(task)
+    prepared = BuiltinSource().materialize(task)
     repo = Path(prepared.repo_path or "")
     assert repo.parent == isolated_cache / "tasks"
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
@@ -82,13 +82,13 @@ def test_materialised_repo_matches_base_commit(records: list[Task], isolated_cac
     assert not (repo / ".git" / "logs").exists()
     again = materialize_repo(builtin.library_dir(task.metadata["library"]), task.patch, task.test_patch, tmp_path / "x")
     assert again == task.base_commit
-    assert BuiltinSource().prepare(task).repo_path == str(repo)  # cached
+    assert BuiltinSource().materialize(task).repo_path == str(repo)  # cached
 
 
 @pytest.mark.parametrize("library", ["roman", "template"])
 def test_validate_one_task_per_library_without_sandbox(records: list[Task], isolated_cache: Path, library: str):
     task = next(t for t in records if t.metadata["library"] == library)
-    result = validate_task(BuiltinSource().prepare(task), use_grader=False)
+    result = validate_task(BuiltinSource().materialize(task), use_grader=False)
     assert result.ok, result.reason
 
 
@@ -98,7 +98,7 @@ def test_validate_one_task_in_the_real_sandbox(records: list[Task], isolated_cac
     if subprocess.run(["which", "bwrap"], capture_output=True).returncode != 0:
         pytest.skip("bubblewrap is not installed")
     task = next(t for t in records if t.metadata["library"] == "lrucache")
-    result = validate_task(BuiltinSource().prepare(task), use_grader=True)
+    result = validate_task(BuiltinSource().materialize(task), use_grader=True)
     assert result.ok, result.reason
 
 

@@ -66,7 +66,7 @@ def test_source_specs():
 
 
 def test_materialised_repo_hides_tests_and_carries_the_bug(records: list[Task], isolated_cache: Path):
-    task = StarterSource().prepare(records[0])
+    task = StarterSource().materialize(records[0])
     repo = Path(task.repo_path or "")
     assert not list(repo.glob("tests/*.py"))
     module = (repo / task.metadata["file"]).read_text()
@@ -77,7 +77,7 @@ def test_materialised_repo_hides_tests_and_carries_the_bug(records: list[Task], 
 @pytest.mark.parametrize("split", ["train", "heldout"])
 def test_gold_resolves_and_base_fails_in_the_real_sandbox(records: list[Task], isolated_cache: Path, split: str):
     task = next(t for t in records if t.split == split)
-    result = validate_task(StarterSource().prepare(task), use_grader=True)
+    result = validate_task(StarterSource().materialize(task), use_grader=True)
     assert result.ok, result.reason
 
 
@@ -85,7 +85,7 @@ def test_every_instance_validates_without_sandbox(records: list[Task], isolated_
     """Gold passes, base fails FAIL_TO_PASS and keeps PASS_TO_PASS, for a sample of both splits (plain pytest)."""
     sample = [t for t in records if t.split == "train"][::80] + [t for t in records if t.split == "heldout"][::40]
     for task in sample:
-        result = validate_task(StarterSource().prepare(task), use_grader=False)
+        result = validate_task(StarterSource().materialize(task), use_grader=False)
         assert result.ok, (task.instance_id, result.reason)
 
 

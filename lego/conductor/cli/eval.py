@@ -27,7 +27,7 @@ from lego.errors import ConfigError, TaskError
 from lego.eval.report import markdown, render, render_dir
 from lego.eval.results import EvalSpec, PolicySpec, SampleResult, read_checkpoint_meta
 from lego.eval.runner import SampleFnFactory, collect_samples, run_eval
-from lego.sandboxes.tasks.sources import BuiltinSource, load_source
+from lego.sandboxes.tasks.sources import load_source
 from lego.types import Task
 
 __all__ = ["DEFAULT_SAMPLE_FN", "eval_group", "load_tasks", "parse_policies", "run_defaults"]
@@ -64,13 +64,13 @@ def load_tasks(arg: str, limit: int | None = None) -> list[Task]:
     ``file.jsonl:split``), with their repos ready; the first ``limit`` of them."""
     try:
         source = load_source(arg)
-        records = list(source.records()) if isinstance(source, BuiltinSource) else list(source.tasks())
+        records = source.records()
     except TaskError as exc:
         raise ConfigError(f"--tasks {arg!r}: {exc}") from exc
     if not records:
         raise ConfigError(f"--tasks {arg!r} holds no tasks")
     records = records[:limit] if limit else records
-    return [source.prepare(t) for t in records] if isinstance(source, BuiltinSource) else records
+    return [source.materialize(t) for t in records]
 
 
 def _load_factory(target: str) -> SampleFnFactory:

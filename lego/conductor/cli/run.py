@@ -98,7 +98,9 @@ def run(
         traj = runner.run(
             task,
             harness_name,
-            RolloutOptions(training=True, temperature=temperature, seed=seed, max_turns=max_turns, timeout_s=timeout_s),
+            RolloutOptions(
+                override_sampling=True, temperature=temperature, seed=seed, max_turns=max_turns, timeout_s=timeout_s
+            ),
         )
     finally:
         policy.close()

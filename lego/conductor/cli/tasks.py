@@ -18,7 +18,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lego.sandboxes.tasks import builtin, starter
-from lego.sandboxes.tasks.sources import BuiltinSource, JsonlSource, load_source
+from lego.sandboxes.tasks.sources import load_source
+from lego.seams import TaskSource
 from lego.types import Task
 
 __all__ = ["tasks_group"]
@@ -26,18 +27,15 @@ __all__ = ["tasks_group"]
 _err = Console(stderr=True)
 
 
-def _report_errors(source: BuiltinSource | JsonlSource) -> None:
-    errors = getattr(source, "errors", [])
-    for error in errors:
+def _report_errors(source: TaskSource) -> None:
+    for error in source.errors:
         _err.print(f"[yellow]skipped:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
-    if errors:
-        _err.print(f"[yellow]{len(errors)} malformed line(s) skipped[/]", soft_wrap=True)
+    if source.errors:
+        _err.print(f"[yellow]{len(source.errors)} malformed line(s) skipped[/]", soft_wrap=True)
 
 
-def _records(source: BuiltinSource | JsonlSource) -> list[Task]:
-    if isinstance(source, BuiltinSource):
-        return source.records()
-    return list(source.tasks())
+def _records(source: TaskSource) -> list[Task]:
+    return source.records()
 
 
 def _title(task: Task) -> str:
@@ -173,13 +171,12 @@ def validate_cmd(source: str, limit: int | None, workers: int, repos_dir: str | 
     _report_errors(src)
 
     def check(task: Task):  # type: ignore[no-untyped-def]
-        if isinstance(src, BuiltinSource):
-            try:
-                task = src.prepare(task)
-            except Exception as exc:  # a broken repo fails this task only
-                from lego.sandboxes.tasks.validate import TaskValidation
+        try:
+            task = src.materialize(task)
+        except Exception as exc:  # a broken repo fails this task only
+            from lego.sandboxes.tasks.validate import TaskValidation
 
-                return TaskValidation(task.instance_id, False, f"{type(exc).__name__}: {exc}")
+            return TaskValidation(task.instance_id, False, f"{type(exc).__name__}: {exc}")
         return validate_task(task, use_grader=not no_sandbox)
 
     failures = []
@@ -195,5 +192,5 @@ def validate_cmd(source: str, limit: int | None, workers: int, repos_dir: str | 
                 progress.update(bar, advance=1, note=f"{len(failures)} failed")
     passed = len(records) - len(failures)
     click.echo(f"{passed}/{len(records)} instances valid ({len(failures)} failed) in {time.monotonic() - t0:.0f}s")
-    if failures or getattr(src, "errors", []):
+    if failures or src.errors:
         sys.exit(1)

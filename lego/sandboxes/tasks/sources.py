@@ -1,9 +1,10 @@
 """Task sources: the built-in suite and SWE-bench-format JSONL files (SWE-bench, SWE-Gym, SWE-smith,
 your own). Local files only; nothing is fetched from a hub.
 
-Both implement :class:`lego.seams.TaskSource` (``name``, ``splits()``, ``tasks(split)``,
-``get(instance_id)``) and yield :class:`lego.types.Task` records with ``repo_path`` set where a
-local repo exists. Pick one by spec with :func:`load_source`: ``builtin``, ``builtin:heldout``,
+All implement :class:`lego.seams.TaskSource` (``name``, ``errors``, ``splits()``, ``records(split)``,
+``materialize(task)``, ``tasks(split)``, ``get(instance_id)``): ``records`` lists a split fast, and
+``materialize`` makes one record ready to run (the shipped suites build its repo then; a JSONL record
+is ready as read), so a caller never needs to know which kind of source it holds. Pick one by spec with :func:`load_source`: ``builtin``, ``builtin:heldout``,
 ``/path/tasks.jsonl`` or ``/path/tasks.jsonl:test``.
 
 Bad input: a malformed JSONL line is reported with its line number and the reason and skipped
@@ -25,6 +26,7 @@ from lego.errors import TaskError
 from lego.sandboxes.tasks import builtin, starter
 from lego.sandboxes.tasks.materialize import cached_repo
 from lego.sandboxes.tasks.swebench_compat import REQUIRED_FIELDS
+from lego.seams import TaskSource
 from lego.types import Task
 
 __all__ = ["BuiltinSource", "JsonlSource", "StarterSource", "load_source", "require_repo"]
@@ -59,8 +61,9 @@ class BuiltinSource:
     def __init__(self, split: str | None = None, path: Path | None = None) -> None:
         self.path = path or builtin.INSTANCES_PATH
         if split is not None and split not in self.splits():
-            raise TaskError(f"builtin has no split {split!r}; valid splits: {', '.join(self.splits())}")
+            raise TaskError(f"{self.name} has no split {split!r}; valid splits: {', '.join(self.splits())}")
         self.default_split = split
+        self.errors: list[TaskError] = []  # a shipped file is read strictly: a bad line raises, none is skipped
         self._records: list[Task] | None = None
 
     def splits(self) -> list[str]:
@@ -78,7 +81,7 @@ class BuiltinSource:
         split = split or self.default_split
         return [t for t in self._all() if split is None or t.split == split]
 
-    def prepare(self, task: Task) -> Task:
+    def materialize(self, task: Task) -> Task:
         """The task with ``repo_path`` pointing at its materialised (cached) repo."""
         library = str(task.metadata.get("library", ""))
         path = cached_repo(
@@ -88,12 +91,12 @@ class BuiltinSource:
 
     def tasks(self, split: str | None = None) -> Iterator[Task]:
         for task in self.records(split):
-            yield self.prepare(task)
+            yield self.materialize(task)
 
     def get(self, instance_id: str) -> Task:
         for task in self._all():
             if task.instance_id == instance_id:
-                return self.prepare(task)
+                return self.materialize(task)
         raise TaskError(f"no built-in task {instance_id!r}; list them with `lego tasks list builtin`")
 
 
@@ -114,14 +117,14 @@ class StarterSource(BuiltinSource):
             raise TaskError(f"starter instances file {self.path} is missing; run `lego tasks build --suite starter`")
         return super()._all()
 
-    def prepare(self, task: Task) -> Task:
+    def materialize(self, task: Task) -> Task:
         path = cached_repo(task.instance_id, starter.source_dir(task), task.patch, task.test_patch, task.base_commit)
         return task.model_copy(update={"repo_path": str(path)})
 
     def get(self, instance_id: str) -> Task:
         for task in self._all():
             if task.instance_id == instance_id:
-                return self.prepare(task)
+                return self.materialize(task)
         raise TaskError(f"no starter task {instance_id!r}; list them with `lego tasks list starter`")
 
 
@@ -190,7 +193,7 @@ class JsonlSource:
                     return task.model_copy(update={"repo_path": str(candidate)})
         return task
 
-    def records(self) -> list[Task]:
+    def _all(self) -> list[Task]:
         """Every well-formed instance in file order (malformed lines are reported in ``errors``)."""
         if self._records is None:
             if not self.path.exists():
@@ -217,26 +220,32 @@ class JsonlSource:
         return self._records
 
     def splits(self) -> list[str]:
-        return sorted({t.split for t in self.records() if t.split})
+        return sorted({t.split for t in self._all() if t.split})
 
-    def tasks(self, split: str | None = None) -> Iterator[Task]:
+    def records(self, split: str | None = None) -> list[Task]:
+        """The well-formed instances of ``split`` (default: the source's own; None: all) in file order."""
         split = split or self.default_split
         if split is not None and split not in self.splits():
             raise TaskError(
                 f"{self.path} has no split {split!r}; splits in the file: {', '.join(self.splits()) or '(none)'}"
             )
-        for task in self.records():
-            if split is None or task.split == split:
-                yield task
+        return [t for t in self._all() if split is None or t.split == split]
+
+    def materialize(self, task: Task) -> Task:
+        """A JSONL record is ready as read: its repo is the local checkout it names (or none)."""
+        return task
+
+    def tasks(self, split: str | None = None) -> Iterator[Task]:
+        yield from self.records(split)
 
     def get(self, instance_id: str) -> Task:
-        for task in self.records():
+        for task in self._all():
             if task.instance_id == instance_id:
                 return task
         raise TaskError(f"no task {instance_id!r} in {self.path}")
 
 
-def load_source(spec: str, repos_dir: str | Path | None = None) -> BuiltinSource | JsonlSource:
+def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
     """``builtin``, ``builtin:SPLIT``, ``starter``, ``starter:SPLIT``, ``PATH.jsonl`` or ``PATH.jsonl:SPLIT``
     -> a task source."""
     head, sep, tail = spec.rpartition(":")
