@@ -19,7 +19,7 @@ One :meth:`SingleTurnLoop.step`:
    gives its reward; the prompt index is its group (``task_id``);
 3. :func:`~lego.conductor.items.items_from_trajectories` → group-normalised advantages →
    :meth:`Trainer.step <lego.conductor.trainer.Trainer.step>` (GSPO loss, fidelity gate, AdamW);
-4. :func:`~lego.conductor.weight_sync.sync_weights` makes the engine serve the new weights.
+4. :class:`~lego.conductor.weight_sync.InProcessCopy` makes the engine serve the new weights.
 
 Sessions are closed after their trajectory is read, so a long run holds no growing state. The
 HTTP client and its event loop live as long as the loop object (:meth:`SingleTurnLoop.close`, or
@@ -39,7 +39,7 @@ import httpx
 
 from lego.conductor.items import TrainItem, items_from_trajectories
 from lego.conductor.trainer import Trainer
-from lego.conductor.weight_sync import sync_weights
+from lego.conductor.weight_sync import InProcessCopy
 from lego.engines.base import Engine
 from lego.errors import EngineError
 from lego.proxies.server import ProxyServer
@@ -176,7 +176,7 @@ class SingleTurnLoop:
         items = items_from_trajectories(trajectories, adv_eps=self.trainer.algo.adv_eps)
         metrics = self.trainer.step(items)
         t2 = time.perf_counter()
-        version = sync_weights(self.trainer, self.engine)
+        version = InProcessCopy(self.engine).push(self.trainer)
         t3 = time.perf_counter()
         self.steps_done += 1
         return SingleTurnStep(

@@ -22,9 +22,12 @@ the proxy turns off top-p / top-k, so nothing else touches them. The default ``r
 ignores temperature and breaks that contract at T != 1.
 
 Transient failures (connection errors, 429, 5xx) are retried with backoff; a cancelled
-``generate`` closes its HTTP request, and vLLM aborts a request whose client disconnected. Weights
-are loaded by ``lego.conductor.weight_sync`` (LoRA hot-load or full reload), which reuses ``base_url`` and
-``client``; after it succeeds it bumps ``policy_version`` (and may set ``model`` to the LoRA name).
+``generate`` closes its HTTP request, and vLLM aborts a request whose client disconnected.
+
+Weights reach the server through ``lego.conductor.weight_sync`` (full reload or LoRA hot-load over
+vLLM's own HTTP API, talking to ``base_url`` with ``api_key``); once the server serves them it calls
+:meth:`VLLMEngine.serve` with the name requests must use (the adapter's, for LoRA) and the new
+version. ``load_weights`` (an in-process state dict) cannot reach a remote server and refuses.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class VLLMEngine:
             base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
         )
         self._headers = headers
+        self.api_key = api_key
+        # The event loop the client's connections belong to (the proxy's): close() runs there.
+        self._client_loop: asyncio.AbstractEventLoop | None = None
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.policy_version = 0
@@ -106,6 +112,7 @@ class VLLMEngine:
         delay = self.backoff_s
         for attempt in range(self.max_retries + 1):
             try:
+                self._client_loop = asyncio.get_running_loop()
                 r = await self.client.post(f"{self.base_url}{path}", json=body, headers=self._headers)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 if attempt == self.max_retries:
@@ -220,12 +227,24 @@ class VLLMEngine:
 
         return list(await asyncio.gather(*(one(s, p) for s, p in zip(sequences, prompt_lens, strict=True))))
 
+    def serve(self, model: str, version: int) -> None:
+        """From now on, request ``model`` (the server already serves it) and record ``version``."""
+        self.model = model
+        self.policy_version = version
+
     def load_weights(self, state_dict: Mapping[str, Any]) -> int:
         raise EngineError(
-            "VLLMEngine does not load weights itself: use lego.conductor.weight_sync (LoRA hot-load or full reload), "
-            "which talks to this engine's base_url and bumps policy_version"
+            "VLLMEngine cannot take an in-process state dict: weights reach vLLM through "
+            "lego.conductor.weight_sync.build_weight_sync (engine.vllm_weight_sync = 'full' or 'lora')"
         )
 
     async def close(self) -> None:
-        if self._owns_client:
+        """Close the HTTP client on the loop its connections belong to (the proxy's, usually not the
+        caller's); when that loop is already gone its sockets went with it."""
+        if not self._owns_client:
+            return
+        loop = self._client_loop
+        if loop is None or loop is asyncio.get_running_loop():
             await self.client.aclose()
+        elif loop.is_running():
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.client.aclose(), loop))

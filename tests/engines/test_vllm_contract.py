@@ -226,7 +226,7 @@ def test_score_uses_prompt_logprobs_and_load_weights_points_at_weight_sync(fake:
     (lps,) = asyncio.run(engine.score([[4, 5, 6, 7]], [2], 1.0))
     assert lps == pytest.approx([-0.02, -0.03])
     assert fv.requests[0].prompt_logprobs == 0
-    with pytest.raises(EngineError, match=r"lego\.weight_sync"):
+    with pytest.raises(EngineError, match=r"lego\.conductor\.weight_sync"):
         engine.load_weights({})
 
 

@@ -1,5 +1,5 @@
 """Against the real in-process engine: the trainer's recompute reproduces the engine's sampled
-logprobs (Pearson 1.0), and after sync_weights the engine samples from the trained policy."""
+logprobs (Pearson 1.0), and after the in-process weight copy the engine samples from the trained policy."""
 
 import asyncio
 
@@ -7,7 +7,7 @@ import pytest
 
 from lego.algos import PEARSON, fidelity_metrics
 from lego.conductor.trainer import Trainer, TrainItem
-from lego.conductor.weight_sync import sync_weights
+from lego.conductor.weight_sync import InProcessCopy
 from lego.types import SamplingParams, Segment
 
 engines = pytest.importorskip("lego.engines.transformers_engine")
@@ -53,7 +53,7 @@ def test_recompute_reproduces_engine_logprobs_and_sync_carries_the_update(model_
         m = trainer.step(items)
         assert m[PEARSON + "/lego-agent"] > 0.99999
 
-        assert sync_weights(trainer, engine) == engine.policy_version == 1
+        assert InProcessCopy(engine).push(trainer) == engine.policy_version == 1
         items2, gens2 = _rollouts(engine, PROMPTS, 1.0)
         assert all(g.policy_version == 1 for g in gens2)
         m2 = trainer.step(items2)
