@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from jinja2 import TemplateError
 
 from lego.errors import ChatFormatError, ModelError
-from lego.models.tool_parsers import ParsedCompletion, ToolCall, parse_completion_text
+from lego.models.tool_parsers import PARSERS, ParsedCompletion, ToolCall, detect_parser, parse_completion_text
 
 __all__ = ["ChatFormat", "ParsedCompletion", "ToolCall"]
 
@@ -81,52 +81,196 @@ def _normalize(messages: Messages) -> Messages:
     return out
 
 
-class ChatFormat:
-    """Render messages with a tokenizer's chat template; parse generated ids back (Qwen3 families)."""
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lego_probe_tool",
+        "description": "lego checks that the template writes tool schemas",
+        "parameters": {"type": "object", "properties": {"lego_probe_arg": {"type": "string"}}},
+    },
+}
+_PROBE_CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {
+            "id": "call_probe",
+            "type": "function",
+            "function": {"name": "lego_probe_tool", "arguments": {"lego_probe_arg": "x"}},
+        }
+    ],
+}
+TEMPLATE_FIX = (
+    "supply a chat template that can, as a Jinja file: `--chat-template FILE` on the command line "
+    "(config: engine.chat_template)"
+)
 
-    def __init__(self, tokenizer: Any) -> None:
+
+def _template_of(tokenizer: Any) -> str | None:
+    template = tokenizer.chat_template
+    if isinstance(template, dict):
+        template = template.get("default") or next(iter(template.values()), None)
+    return template if isinstance(template, str) and template else None
+
+
+class ChatFormat:
+    """Render messages with a chat template; parse generated ids back, for any HF chat family.
+
+    ``chat_template`` (Jinja text) replaces the tokenizer's own (gpt-oss ships none; a template
+    without tool support can be swapped for one with it). ``tool_parser`` names the tool-call
+    format (:data:`~lego.models.tool_parsers.PARSERS`); by default it is read from the template.
+    ``template_kwargs`` (e.g. ``{"enable_thinking": False}``) go to every render; a request's own
+    ``chat_template_kwargs`` are passed per call and win.
+
+    Stop ids: the template's end-of-turn token (the first special token it writes after an
+    assistant message), the tokenizer's eos, the model's generation-config eos (``extra_eos_ids``)
+    and, for harmony, ``<|call|>`` and ``<|return|>`` instead of ``<|end|>``, which in harmony
+    only closes a channel message.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        chat_template: str | None = None,
+        tool_parser: str | None = None,
+        extra_eos_ids: list[int] | tuple[int, ...] = (),
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
-        template = tokenizer.chat_template
-        if isinstance(template, dict):
-            template = template.get("default") or next(iter(template.values()), None)
-        if not isinstance(template, str) or not template:
-            raise ModelError("this tokenizer has no chat template; lego needs a chat model (e.g. a Qwen3 checkpoint)")
+        template = chat_template or _template_of(tokenizer)
+        if template is None:
+            raise ModelError(
+                "this tokenizer has no chat template (gpt-oss ships none): pass one as a Jinja file, "
+                "`--chat-template FILE` (config: engine.chat_template)"
+            )
         self.template: str = template
-        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if not isinstance(im_end, int) or im_end == tokenizer.unk_token_id:
-            raise ModelError("the tokenizer has no <|im_end|> token; lego's chat format supports ChatML (Qwen) models")
-        self.im_end_id: int = im_end
-        eos = [im_end]
-        for token in ("<|endoftext|>", tokenizer.eos_token):
-            tid = tokenizer.convert_tokens_to_ids(token) if token else None
-            if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid not in eos:
-                eos.append(tid)
+        self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
+        parser = tool_parser or detect_parser(template)
+        if parser not in PARSERS:
+            raise ModelError(
+                f"unknown tool parser {parser!r} (engine.tool_parser); use one of {', '.join(sorted(PARSERS))}"
+            )
+        self.tool_call_format: str = parser
+        self.end_of_turn_id: int = self._find_end_of_turn()
+        eos: list[int] = []
+        if parser == "harmony":
+            eos += [i for i in (self._special_id("<|call|>"), self._special_id("<|return|>")) if i is not None]
+        else:
+            eos.append(self.end_of_turn_id)
+        for tid in [self._special_id(tokenizer.eos_token or ""), *extra_eos_ids]:
+            if tid is not None and tid not in eos and not (parser == "harmony" and tid == self.end_of_turn_id):
+                eos.append(int(tid))
         self.eos_token_ids: list[int] = eos
-        self.tool_call_format: Literal["hermes", "qwen3_coder"] = (
-            "qwen3_coder" if "<function=" in template else "hermes"
+        self.supports_tools: bool = self._probe_tools()
+
+    @property
+    def im_end_id(self) -> int:
+        """The end-of-turn id under its ChatML name (``<|im_end|>`` in Qwen models)."""
+        return self.end_of_turn_id
+
+    def _special_id(self, token: str) -> int | None:
+        tid = self.tokenizer.convert_tokens_to_ids(token) if token else None
+        return tid if isinstance(tid, int) and tid != self.tokenizer.unk_token_id else None
+
+    def _find_end_of_turn(self) -> int:
+        """The first added (special) token the template writes after an assistant message's text."""
+        marker = "lego end of turn probe"
+        text = self.render_text([{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}])
+        tail = text[text.rfind(marker) + len(marker) :]
+        added = sorted(self.tokenizer.get_added_vocab(), key=len, reverse=True)
+        for pos in range(len(tail)):
+            for token in added:
+                if tail.startswith(token, pos):
+                    return int(self.tokenizer.convert_tokens_to_ids(token))
+        raise ModelError(
+            "the chat template writes no special token after an assistant message, so lego cannot tell where "
+            f"a turn ends (it wrote {tail!r}); {TEMPLATE_FIX}"
         )
 
+    def _probe_tools(self) -> bool:
+        """Whether the template writes tool schemas and assistant tool calls at all."""
+        user = {"role": "user", "content": "q"}
+        try:
+            schema = "lego_probe_tool" in self.render_text([user], [_PROBE_TOOL], check_tools=False)
+            call = "lego_probe_arg" in self.render_text([user, _PROBE_CALL], [_PROBE_TOOL], check_tools=False)
+        except ChatFormatError:
+            return False
+        return schema and call
+
+    def check_tools(self, tools: Tools) -> None:
+        """Refuse tool use with a template that would silently drop the tools."""
+        if tools and not self.supports_tools:
+            raise ChatFormatError(
+                "this model's chat template cannot express tools (the tool schemas or the assistant's tool "
+                f"calls vanish from the prompt); {TEMPLATE_FIX}"
+            )
+
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> ChatFormat:
-        """Load the tokenizer of a model directory (or "default", the embedded default)."""
-        from transformers import AutoTokenizer
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        chat_template: str | Path | None = None,
+        tool_parser: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> ChatFormat:
+        """Load the tokenizer of a model directory (or "default", the embedded default).
+
+        ``chat_template`` is a path to a Jinja file that replaces the tokenizer's template; the
+        directory's generation_config.json eos ids are stop ids too.
+        """
+        from transformers import AutoTokenizer, GenerationConfig
 
         from lego.models.tiny import resolve_model
 
-        return cls(AutoTokenizer.from_pretrained(str(resolve_model(path))))
+        model_dir = resolve_model(path)
+        template = None
+        if chat_template is not None:
+            template_path = Path(chat_template).expanduser()
+            if not template_path.is_file():
+                raise ModelError(f"chat template {str(template_path)!r} (engine.chat_template) is not a file")
+            template = template_path.read_text(encoding="utf-8")
+        extra: list[int] = []
+        if (model_dir / "generation_config.json").is_file():
+            eos = GenerationConfig.from_pretrained(str(model_dir)).eos_token_id
+            extra = [int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        return cls(tokenizer, template, tool_parser, extra, template_kwargs)
 
-    def render_text(self, messages: Messages, tools: Tools = None, add_generation_prompt: bool = False) -> str:
+    def _kwargs(self, template_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        return {**self.template_kwargs, **(template_kwargs or {}), "chat_template": self.template}
+
+    def render_text(
+        self,
+        messages: Messages,
+        tools: Tools = None,
+        add_generation_prompt: bool = False,
+        template_kwargs: dict[str, Any] | None = None,
+        check_tools: bool = True,
+    ) -> str:
         """The prompt text the template makes of ``messages`` (and ``tools``)."""
+        if check_tools:
+            self.check_tools(tools)
         try:
             text = self.tokenizer.apply_chat_template(
-                _normalize(messages), tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False
+                _normalize(messages),
+                tools=tools or None,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **self._kwargs(template_kwargs),
             )
         except TemplateError as exc:
             raise ChatFormatError(f"the chat template rejected these messages: {exc}") from exc
         return str(text)
 
-    def render(self, messages: Messages, tools: Tools = None, add_generation_prompt: bool = False) -> list[int]:
+    def render(
+        self,
+        messages: Messages,
+        tools: Tools = None,
+        add_generation_prompt: bool = False,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> list[int]:
         """Token ids of the rendered conversation (the tokenizer's own apply_chat_template)."""
+        self.check_tools(tools)
         try:
             ids = self.tokenizer.apply_chat_template(
                 _normalize(messages),
@@ -134,6 +278,7 @@ class ChatFormat:
                 add_generation_prompt=add_generation_prompt,
                 tokenize=True,
                 return_dict=False,
+                **self._kwargs(template_kwargs),
             )
         except TemplateError as exc:
             raise ChatFormatError(f"the chat template rejected these messages: {exc}") from exc
@@ -148,6 +293,7 @@ class ChatFormat:
                 tokenize=True,
                 return_dict=True,
                 return_assistant_tokens_mask=True,
+                **self._kwargs(None),
             )
         except TemplateError as exc:
             raise ChatFormatError(f"the chat template rejected these messages: {exc}") from exc
@@ -176,7 +322,7 @@ class ChatFormat:
     def parse(self, token_ids: list[int], tools: Tools = None, id_salt: str = "") -> ParsedCompletion:
         """Turn generated ids into content, reasoning and tool calls.
 
-        A final eos id (``<|im_end|>``/``<|endoftext|>``) is dropped and sets ``finished``. ``tools``
+        A final stop id (the end-of-turn token, an eos) is dropped and sets ``finished``. ``tools``
         (optional) types qwen3-coder parameter values by their JSON schema. ``id_salt`` (e.g. the
         session id and turn number) makes tool-call ids unique across turns; within one
         completion they are always unique.
@@ -185,7 +331,9 @@ class ChatFormat:
         finished = bool(ids) and ids[-1] in self.eos_token_ids
         if finished:
             ids = ids[:-1]
-        return parse_completion_text(self.decode(ids), finished=finished, tools=tools, id_salt=id_salt)
+        return parse_completion_text(
+            self.decode(ids), finished=finished, tools=tools, id_salt=id_salt, parser=self.tool_call_format
+        )
 
     @staticmethod
     def to_message(parsed: ParsedCompletion) -> dict[str, Any]:
