@@ -10,27 +10,37 @@ from __future__ import annotations
 import difflib
 import json
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lego.errors import ConfigError
 
 __all__ = [
+    "HARNESS_OPTIONS",
     "AlgorithmConfig",
+    "ClaudeCodeOptions",
+    "CodexOptions",
     "EngineConfig",
     "EvalConfig",
     "FidelityConfig",
+    "FieldDoc",
     "GuardsConfig",
     "HarnessConfig",
+    "LegoAgentOptions",
     "LegoConfig",
+    "NoOptions",
+    "OpenCodeOptions",
     "ProxyConfig",
+    "SFTConfig",
     "SandboxConfig",
     "TasksConfig",
     "TrainingConfig",
     "apply_overrides",
+    "config_doc",
     "default_config_path",
     "load_config",
     "validate_config",
@@ -51,14 +61,16 @@ class EngineConfig(_Section):
     model: str = Field(
         "default", description="A model directory (HF layout), or 'default' for the embedded default policy."
     )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="transformers engine: where the model runs (auto: CUDA when available, else CPU)."
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: fp32 on CPU, bf16 on CUDA."
     )
     max_batch_size: int = Field(16, ge=1, description="Most concurrent requests batched into one forward pass.")
     max_model_len: int | None = Field(None, ge=16, description="Context window; default: the model's own.")
     vllm_url: str | None = Field(None, description="Base URL of `vllm serve` (engine.kind='vllm').")
-    vllm_api_key: str | None = None
+    vllm_api_key: str | None = Field(None, description="API key `vllm serve` was started with (--api-key), if any.")
     vllm_weight_sync: Literal["full", "lora"] = Field(
         "full",
         description="engine.kind='vllm': how trained weights reach the server. full: rewrite the safetensors in "
@@ -73,8 +85,10 @@ class EngineConfig(_Section):
     vllm_weights_dir_remote: str | None = Field(
         None, description="engine.vllm_weights_dir as the vLLM server sees it (default: the same path)."
     )
-    request_timeout_s: float = Field(600.0, gt=0)
-    seed: int = 0
+    request_timeout_s: float = Field(
+        600.0, gt=0, description="vllm engine: wall time of one HTTP request to the server."
+    )
+    seed: int = Field(0, description="Seeds the engine's sampling; each session derives its own stream from it.")
     num_threads: int | None = Field(
         None,
         ge=1,
@@ -91,13 +105,15 @@ class EngineConfig(_Section):
 class ProxyConfig(_Section):
     """The recording proxy in front of the engine."""
 
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", description="Address the proxy binds; a non-loopback address needs proxy.api_key.")
     port: int = Field(0, ge=0, le=65535, description="0 picks a free port.")
     uds: str | None = Field(None, description="Serve on this Unix socket path instead of a TCP port.")
     api_key: str | None = Field(None, description="If set, every route requires this key (Bearer or x-api-key).")
-    served_model_name: str = "lego-policy"
+    served_model_name: str = Field(
+        "lego-policy", description="Model name /v1/models lists and harnesses are told to ask for (any name is served)."
+    )
     strict_sessions: bool = Field(False, description="Answer 404 for sessions that were not opened explicitly.")
-    max_body_mb: float = Field(8.0, gt=0)
+    max_body_mb: float = Field(8.0, gt=0, description="Largest request body accepted; a bigger one gets a 413.")
     default_max_tokens: int = Field(
         4096,
         ge=1,
@@ -116,7 +132,9 @@ class ProxyConfig(_Section):
 class SandboxConfig(_Section):
     """Where each rollout's repository lives and commands run."""
 
-    kind: Literal["local", "docker"] = "local"
+    kind: Literal["local", "docker"] = Field(
+        "local", description="local: bubblewrap on this host; docker: one container per sandbox (the docker extra)."
+    )
     unsafe_no_isolation: bool = Field(
         False,
         description="Run agents without bubblewrap when it is missing. Only for trusted code on a disposable machine.",
@@ -159,6 +177,57 @@ class GuardsConfig(_Section):
     )
 
 
+class NoOptions(_Section):
+    """A harness configured entirely by lego (aider, mini-swe-agent, openhands): it takes no options."""
+
+
+class LegoAgentOptions(_Section):
+    """Options of the built-in reference agent (``lego.harnesses.lego_agent_adapter.LegoAgentHarness``)."""
+
+    python: str = Field("python3", description="The interpreter that runs the agent script inside the sandbox.")
+    temperature: float = Field(
+        1.0, ge=0, description="Temperature the agent asks for; the proxy's sampling override replaces it in training."
+    )
+    max_tokens: int = Field(1024, ge=1, description="Completion budget the agent asks for on every turn.")
+
+
+class OpenCodeOptions(_Section):
+    """Options of the opencode adapter."""
+
+    context_window: int = Field(32768, ge=1, description="Context window opencode is told the model has.")
+    max_output_tokens: int = Field(4096, ge=1, description="Completion budget opencode asks for on every turn.")
+
+
+class CodexOptions(_Section):
+    """Options of the Codex CLI adapter."""
+
+    context_window: int = Field(32768, ge=1, description="Context window Codex is told the model has.")
+    intercept: bool = Field(
+        False, description="Route Codex through the mitmproxy interceptor instead of its base-URL setting."
+    )
+
+
+class ClaudeCodeOptions(_Section):
+    """Options of the Claude Code adapter."""
+
+    intercept: bool = Field(
+        False, description="Route Claude Code through the mitmproxy interceptor instead of ANTHROPIC_BASE_URL."
+    )
+
+
+HARNESS_OPTIONS: dict[str, type[BaseModel]] = {
+    "lego-agent": LegoAgentOptions,
+    "mini-swe-agent": NoOptions,
+    "aider": NoOptions,
+    "openhands": NoOptions,
+    "opencode": OpenCodeOptions,
+    "claude-code": ClaudeCodeOptions,
+    "codex": CodexOptions,
+}
+"""Registered harness name -> the typed model of its adapter's constructor options (same names as the
+harness registry, :data:`lego.harnesses.base.HARNESSES`; a test keeps the two and the constructors in step)."""
+
+
 class HarnessConfig(_Section):
     """Which agent harness drives each rollout."""
 
@@ -166,12 +235,59 @@ class HarnessConfig(_Section):
     weights: dict[str, float] = Field(
         default_factory=dict, description="Mixed-harness runs: harness name -> sampling weight. Empty: use `name`."
     )
-    max_turns: int = Field(30, ge=1)
-    timeout_s: float = Field(600.0, gt=0, description="Wall time of one harness run.")
-    options: dict[str, dict[str, Any]] = Field(
-        default_factory=dict,
-        description="Per-harness constructor settings, e.g. {lego-agent = {max_tokens = 256}} (see `lego harness list`).",
+    max_turns: int = Field(
+        30, ge=1, description="Most model calls of the main conversation in one rollout (then max_turns)."
     )
+    timeout_s: float = Field(600.0, gt=0, description="Wall time of one harness run.")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Per-harness adapter settings, e.g. {lego-agent = {max_tokens = 256}}: each harness's are typed "
+        "(harness.options.<name>.* in `lego config show --doc`) and checked at load; a module:Class harness's go "
+        "to its constructor as given.",
+    )
+
+    @field_validator("options")
+    @classmethod
+    def _typed_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Each registered harness's options become its typed model, so a misspelt key fails at load."""
+        out: dict[str, Any] = {}
+        for name, raw in value.items():
+            model = HARNESS_OPTIONS.get(name)
+            if model is None:
+                if ":" in name:  # a user's own module:Class adapter: its constructor checks its options
+                    out[name] = raw
+                    continue
+                raise ValueError(
+                    f"no harness named {name!r}; valid names: {', '.join(sorted(HARNESS_OPTIONS))} "
+                    "(or a module:Class path)"
+                )
+            if isinstance(raw, model):
+                out[name] = raw
+                continue
+            if not isinstance(raw, dict):
+                raise ValueError(f"{name!r} must be a table of options, e.g. {{max_tokens = 256}}")
+            valid = ", ".join(model.model_fields) or "none"
+            unknown = sorted(set(raw) - set(model.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"{name!r} has no option(s) {', '.join(unknown)}; valid options: {valid}"
+                )
+            try:
+                out[name] = model.model_validate(raw)
+            except ValidationError as exc:
+                reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"{name!r}: {reasons}") from exc
+        return out
+
+    def options_for(self, name: str) -> dict[str, Any]:
+        """The constructor keyword arguments of harness ``name``'s adapter (its defaults when none are set)."""
+        given = self.options.get(name)
+        if isinstance(given, BaseModel):
+            return given.model_dump()
+        if given is not None:
+            return dict(given)
+        model = HARNESS_OPTIONS.get(name)
+        return model().model_dump() if model is not None else {}
 
 
 class TasksConfig(_Section):
@@ -185,7 +301,7 @@ class TasksConfig(_Section):
     split: str = Field("train", description="Split to sample training tasks from.")
     eval_split: str = Field("heldout", description="Split used for validation.")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")
-    shuffle_seed: int = 0
+    shuffle_seed: int = Field(0, description="Seeds the shuffle that picks tasks.limit tasks and the step order.")
 
 
 class AlgorithmConfig(_Section):
@@ -196,7 +312,12 @@ class AlgorithmConfig(_Section):
     )
     clip_low: float = Field(3e-4, gt=0, lt=1, description="Ratio clip below 1 (GSPO: 3e-4; token-level PPO: 0.2).")
     clip_high: float = Field(4e-4, gt=0, description="Ratio clip above 1 (GSPO: 4e-4; token-level PPO: 0.28).")
-    aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"] = "seq-mean-token-mean"
+    aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"] = Field(
+        "seq-mean-token-mean",
+        description="How per-token losses become one number (verl's loss_agg_mode): seq-mean-token-mean averages "
+        "tokens within an episode, then episodes (GSPO); token-mean averages every token of the batch (DAPO); "
+        "seq-mean-token-sum sums tokens within an episode, then averages episodes (Dr. GRPO).",
+    )
     group_size: int = Field(4, ge=1, description="G: rollouts per task; advantages are normalised within a group.")
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature of rollouts and of the trainer's recompute."
@@ -205,7 +326,9 @@ class AlgorithmConfig(_Section):
         None, gt=0, description="Truncated importance sampling cap on pi_old/pi_rollout (Yao et al. 2025). None: off."
     )
     kl_coef: float = Field(0.0, ge=0, description="k3 reference-KL coefficient (Schulman 2020 estimator). 0: off.")
-    adv_eps: float = Field(1e-6, gt=0)
+    adv_eps: float = Field(
+        1e-6, gt=0, description="ε in A = (r - mean)/(std + ε) over a group: keeps a near-constant group finite."
+    )
 
 
 class FidelityConfig(_Section):
@@ -218,28 +341,34 @@ class FidelityConfig(_Section):
 class TrainingConfig(_Section):
     """The training loop."""
 
-    steps: int = Field(10, ge=1)
+    steps: int = Field(10, ge=1, description="Optimizer updates of the run; each is one step of B x G rollouts.")
     tasks_per_step: int = Field(2, ge=1, description="B: tasks per step; each gets algorithm.group_size rollouts.")
     concurrency: int = Field(4, ge=1, description="Rollouts in flight at once.")
-    lr: float = Field(1e-5, gt=0)
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate (peak, after training.warmup_steps).")
     warmup_steps: int = Field(
         0,
         ge=0,
         description="Linear lr warmup over the first N updates (lr·k/N at update k). A fresh AdamW's first "
         "updates move every weight by ~lr whatever the gradient's noise; warmup keeps them small.",
     )
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay (Loshchilov & Hutter 2019).")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2) moment decay rates.")
     micro_batch_size: int = Field(
         4,
         ge=1,
         description="Segments per forward/backward pass. A step is ONE optimizer update: the gradients of all "
         "micro-batches are accumulated first, so this trades memory for speed and never changes the result.",
     )
-    grad_clip: float | None = Field(1.0, gt=0)
-    finetune: Literal["full", "lora"] = "full"
-    lora_rank: int = Field(16, ge=1)
-    lora_alpha: float = Field(32.0, gt=0)
+    grad_clip: float | None = Field(
+        1.0, gt=0, description="Clip the global gradient L2 norm to this before each update. None: no clipping."
+    )
+    finetune: Literal["full", "lora"] = Field(
+        "full", description="full: train every weight; lora: train low-rank adapters (Hu et al. 2021), base frozen."
+    )
+    lora_rank: int = Field(16, ge=1, description="LoRA only: rank r of each adapter.")
+    lora_alpha: float = Field(
+        32.0, gt=0, description="LoRA only: scale; the adapter's update is multiplied by alpha/r."
+    )
     lora_modules_to_save: list[str] = Field(
         default_factory=list,
         description="LoRA only: modules trained in full next to the adapter (peft's modules_to_save), matched by "
@@ -253,10 +382,14 @@ class TrainingConfig(_Section):
         description="LoRA only: lr of lora_modules_to_save (None: training.lr). AdamW moves a weight by about lr per update "
         "whatever its size: a norm gain near 1 needs a larger lr than an adapter that starts at 0 to move as far.",
     )
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    seed: int = 0
-    out_dir: str = "runs/default"
-    checkpoint_every: int = Field(1, ge=1)
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Trainer weights and optimizer precision; the recompute of old logprobs uses it too."
+    )
+    seed: int = Field(0, description="Seeds task order, rollout seeds and the trainer.")
+    out_dir: str = Field(
+        "runs/default", description="Run directory: config.toml, metrics.jsonl, trajectories/, checkpoints/."
+    )
+    checkpoint_every: int = Field(1, ge=1, description="Write a checkpoint (a loadable model dir) every N steps.")
     eval_every: int = Field(
         0, ge=0, description="Validate every N steps on tasks.eval_split with eval.harness (0: off)."
     )
@@ -287,13 +420,58 @@ class TrainingConfig(_Section):
 class EvalConfig(_Section):
     """Cross-harness evaluation."""
 
-    harnesses: list[str] = Field(default_factory=lambda: ["lego-agent"])
+    harnesses: list[str] = Field(
+        default_factory=lambda: ["lego-agent"], description="Harnesses to evaluate in (`lego eval --harness`)."
+    )
     samples: int = Field(2, ge=1, description="N samples per task and cell.")
-    limit: int | None = Field(None, ge=1)
-    concurrency: int = Field(4, ge=1)
-    temperature: float = Field(1.0, ge=0)
+    limit: int | None = Field(None, ge=1, description="Use the first N tasks (`lego eval --limit`). None: all.")
+    concurrency: int = Field(4, ge=1, description="Samples in flight at once (`lego eval --concurrency`).")
+    temperature: float = Field(
+        1.0, ge=0, description="Sampling temperature of every eval sample, whatever the harness asks."
+    )
     bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples for confidence intervals.")
-    seed: int = 0
+    seed: int = Field(0, description="Base seed of an eval; every sample's seed derives from it.")
+    tasks: str | None = Field(
+        None,
+        description="Task source of `lego eval` as SOURCE[:split] (e.g. builtin:heldout). None: tasks.source at "
+        "tasks.eval_split.",
+    )
+    out_dir: str = Field("runs/eval", description="Eval directory: spec, per-sample JSON, trajectories, report.")
+    infra_retries: int = Field(1, ge=0, description="Retries of a sample that ended in an infrastructure failure.")
+
+
+class SFTConfig(_Section):
+    """`lego sft`: supervised warm start on lego-agent conversations (stored in the output as ``lego_sft.json``)."""
+
+    base: str = Field("tiny", description="'tiny' (build_tiny with `seed`) or an HF model directory.")
+    seed: int = Field(0, description="Seeds the base weights (tiny), the generated data and the example order.")
+    source: str = Field(
+        "starter",
+        description="Task source to learn from (see `lego tasks list`): a shipped suite, or a JSONL file whose "
+        "tasks have local repos (conversations are planned from each gold patch and run on a copy of the repo).",
+    )
+    split: str = Field("train", description="Split of that source to learn from.")
+    variants: int = Field(2, ge=1, description="Conversations per task (different exploration/recovery).")
+    limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the split.")
+    steps: int = Field(300, ge=1, description="Optimizer steps.")
+    batch: int = Field(8, ge=1, description="Examples per optimizer step (gradient accumulation).")
+    lr: float = Field(2e-3, gt=0, description="Peak AdamW learning rate (linear warmup, then cosine to 10%).")
+    warmup: int = Field(5, ge=0, description="Linear warmup steps before the peak learning rate.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
+    max_len: int = Field(2048, ge=16, description="Tokens; longer conversations are cut (their tail is dropped).")
+    window: int = Field(
+        0,
+        ge=0,
+        description="0: one example per conversation. N > 0: one example per assistant turn, the N tokens "
+        "ending with that turn (loss on the assistant tokens inside). Several times cheaper per "
+        "assistant token on a CPU; the protocol and the local edits are learnt from nearby context.",
+    )
+    threads: int = Field(
+        2,
+        ge=0,
+        description="torch CPU threads (0: torch's default). The result is bit-identical only for the same count; "
+        "fewer threads than cores is faster on a busy machine (timings: docs/ARCHITECTURE.md).",
+    )
 
 
 class LegoConfig(_Section):
@@ -308,6 +486,7 @@ class LegoConfig(_Section):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
 
     @model_validator(mode="after")
     def _combinations(self) -> LegoConfig:
@@ -460,3 +639,35 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Load a config file (TOML/YAML/JSON; None: the shipped default) and apply dotted overrides."""
     data = _read_file(Path(path)) if path is not None else _read_file(default_config_path())
     return validate_config(apply_overrides(data, overrides or []))
+
+
+@dataclass(frozen=True)
+class FieldDoc:
+    """One config field as `lego config show --doc` prints it."""
+
+    key: str
+    type: str
+    default: str
+    description: str
+
+
+def config_doc(model: type[BaseModel] = LegoConfig, prefix: str = "") -> list[FieldDoc]:
+    """Every leaf field of ``model`` (sections recursed, each harness's typed options under
+    ``harness.options.<name>``) with its dotted key, type, default and description."""
+    out: list[FieldDoc] = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.extend(config_doc(ann, key + "."))
+            continue
+        default = field.get_default(call_default_factory=True)
+        out.append(FieldDoc(key, _type_name(ann), json.dumps(default, default=str), field.description or ""))
+        if model is HarnessConfig and name == "options":
+            for harness, options in HARNESS_OPTIONS.items():
+                out.extend(config_doc(options, f"{key}.{harness}."))
+    return out
+
+
+def _type_name(ann: Any) -> str:
+    return ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")

@@ -186,7 +186,7 @@ def run_rollout_task(
         except ConfigError as exc:  # no bridge to the proxy: the sandbox cannot be set up, before the agent exists
             return DriveOutcome.failed("sandbox", f"{type(exc).__name__}: {exc}")
         try:
-            harness = get_harness(harness_name, **cfg.harness.options.get(harness_name, {}))
+            harness = get_harness(harness_name, **cfg.harness.options_for(harness_name))
             return drive_and_grade(cfg, task, harness, sid, token, opts, proxy_uds=sock, proxy_cfg=proxy_cfg)
         finally:
             forwarder.terminate()

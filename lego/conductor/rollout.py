@@ -147,7 +147,7 @@ class RolloutRunner:
         concurrent rollouts, which is sound because adapters hold configuration only (per-rollout state
         travels in the :class:`~lego.seams.PreparedRun` their ``prepare`` returns)."""
         if name not in self._harnesses:
-            self._harnesses[name] = get_harness(name, **self.cfg.harness.options.get(name, {}))
+            self._harnesses[name] = get_harness(name, **self.cfg.harness.options_for(name))
         return self._harnesses[name]
 
     def run(self, task: Task, harness_name: str, opts: RolloutOptions) -> Trajectory:

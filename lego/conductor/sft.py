@@ -37,42 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lego.config import SFTConfig
 from lego.errors import LegoError
 from lego.models.chat import ChatFormat
 
-__all__ = ["Example", "SFTConfig", "masked_loss", "run_sft", "tokenize", "train_sft", "write_model"]
-
-
-class SFTConfig(BaseModel):
-    """Everything that decides an SFT run (stored in the output as ``lego_sft.json``)."""
-
-    base: str = Field("tiny", description="'tiny' (build_tiny with `seed`) or an HF model directory.")
-    seed: int = 0
-    source: str = Field("starter", description="task source to learn from (see `lego tasks list`).")
-    split: str = "train"
-    variants: int = Field(2, description="conversations per task (different exploration/recovery).")
-    limit: int | None = Field(None, description="use only the first N tasks of the split.")
-    steps: int = Field(300, description="optimizer steps.")
-    batch: int = Field(8, description="examples per optimizer step (gradient accumulation).")
-    lr: float = 2e-3
-    warmup: int = 5
-    weight_decay: float = 0.01
-    max_len: int = Field(2048, description="tokens; longer conversations are cut (their tail is dropped).")
-    window: int = Field(
-        0,
-        description="0: one example per conversation. N > 0: one example per assistant turn, the N tokens "
-        "ending with that turn (loss on the assistant tokens inside). Several times cheaper per "
-        "assistant token on a CPU; the protocol and the local edits are learnt from nearby context.",
-    )
-    threads: int = Field(
-        2,
-        description="torch CPU threads (0: torch's default). The result is bit-identical only for the same count. "
-        "2 on a quiet 2-core box: 0.36 s vs 0.66 s per 1.3k-token example at 1; on a busy box, fewer threads "
-        "than cores (3 s vs 14 s per 1.7k-token step at 1 vs 2 with both cores busy).",
-    )
+__all__ = ["Example", "masked_loss", "run_sft", "tokenize", "train_sft", "write_model"]
 
 
 class Example:

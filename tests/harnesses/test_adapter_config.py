@@ -3,11 +3,13 @@ the proxy session (no harness process is started here)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import tomllib
 
 import pytest
 
+from lego.config import HARNESS_OPTIONS, LegoConfig
 from lego.errors import ConfigError
 from lego.harnesses.aider import AiderHarness
 from lego.harnesses.base import HARNESSES, get_harness, result_from_exec
@@ -154,3 +156,18 @@ def test_exit_mapping() -> None:
     hung = ExecResult(exit_code=-9, timed_out=True)
     assert result_from_exec(hung).reason == "timeout" and result_from_exec(hung).exit_code is None
     assert result_from_exec(ExecResult(exit_code=10), {10: "max_turns"}).reason == "max_turns"
+
+
+def test_typed_options_match_every_adapter_constructor() -> None:
+    """harness.options.<name> is validated against HARNESS_OPTIONS at config load; the adapter is built
+    from it, so each model must name exactly its adapter's constructor parameters, with the same defaults."""
+    assert sorted(HARNESS_OPTIONS) == HARNESSES.names()
+    for name, model in HARNESS_OPTIONS.items():
+        params = {
+            p.name: p.default
+            for p in inspect.signature(HARNESSES.resolve(name)).parameters.values()
+            if p.name != "self"
+        }
+        assert params == model().model_dump(), name
+        harness = get_harness(name, **LegoConfig().harness.options_for(name))
+        assert harness.name == name and isinstance(harness.ro_binds(), list) and harness.min_memory_mb >= 0

@@ -7,9 +7,20 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from pydantic import ValidationError
 
 from lego.conductor.cli.basic import to_toml
-from lego.config import LegoConfig, apply_overrides, load_config, validate_config
+from lego.conductor.cli.main import cli
+from lego.config import (
+    LegoAgentOptions,
+    LegoConfig,
+    SFTConfig,
+    apply_overrides,
+    config_doc,
+    load_config,
+    validate_config,
+)
 from lego.errors import ConfigError
 
 
@@ -86,3 +97,48 @@ def test_config_show_toml_round_trips() -> None:
     again = validate_config(tomllib.loads(to_toml(cfg)))
     assert again == cfg
     assert isinstance(again, LegoConfig)
+
+
+def test_every_config_field_has_a_description() -> None:
+    fields = config_doc()
+    assert len(fields) > 80  # every section, sft and each harness's typed options included
+    assert [f.key for f in fields if not f.description.strip()] == []
+    keys = {f.key for f in fields}
+    assert {"algorithm.aggregation", "training.lr", "sft.steps", "harness.options.lego-agent.max_tokens"} <= keys
+
+
+def test_config_show_doc_prints_type_default_and_description() -> None:
+    out = CliRunner().invoke(cli, ["config", "show", "--doc"])
+    assert out.exit_code == 0, out.output
+    assert "training.lr: float = 1e-05\n    AdamW learning rate" in out.output
+    assert "harness.options.opencode.max_output_tokens: int = 4096" in out.output
+
+
+def test_harness_options_are_typed_at_load_and_an_unknown_one_names_the_valid_ones() -> None:
+    cfg = load_config(None, ["harness.options={lego-agent = {max_tokens = 24}}"])
+    assert cfg.harness.options["lego-agent"] == LegoAgentOptions(max_tokens=24)
+    assert cfg.harness.options_for("lego-agent") == {"python": "python3", "temperature": 1.0, "max_tokens": 24}
+    assert cfg.harness.options_for("opencode") == {"context_window": 32768, "max_output_tokens": 4096}
+    with pytest.raises(
+        ConfigError, match=r"'lego-agent' has no option\(s\) temprature; valid options: python, temperature"
+    ):
+        load_config(None, ["harness.options={lego-agent = {temprature = 0.5}}"])
+    with pytest.raises(ConfigError, match="max_tokens"):
+        load_config(None, ["harness.options={lego-agent = {max_tokens = 0}}"])
+    with pytest.raises(ConfigError, match="no harness named 'lego-agnet'; valid names: aider"):
+        load_config(None, ["harness.options={lego-agnet = {max_tokens = 24}}"])
+    # a user's own module:Class adapter takes its options as given: its constructor checks them
+    assert load_config(None, ["harness.options={'my.mod:Agent' = {x = 1}}"]).harness.options_for("my.mod:Agent") == {
+        "x": 1
+    }
+    again = validate_config(tomllib.loads(to_toml(cfg)))
+    assert again == cfg
+
+
+def test_sft_config_is_a_section_that_forbids_unknown_keys() -> None:
+    cfg = load_config(None, ["sft.steps=7", "sft.source=builtin"])
+    assert isinstance(cfg.sft, SFTConfig) and (cfg.sft.steps, cfg.sft.source) == (7, "builtin")
+    with pytest.raises(ConfigError, match=r"did you mean 'sft\.steps'"):
+        load_config(None, ["sft.stepz=7"])
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        SFTConfig(stepz=7)  # type: ignore[call-arg]

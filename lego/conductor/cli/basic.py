@@ -11,7 +11,7 @@ import click
 from pydantic import BaseModel
 
 from lego import __version__
-from lego.config import load_config
+from lego.config import config_doc, load_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,6 +36,12 @@ def override_option(example: str = "-o training.steps=3 -o algorithm.group_size=
     )
 
 
+def flag_overrides(flags: dict[str, Any]) -> list[str]:
+    """Dotted overrides for the shortcut flags a user gave (``{"engine.model": "x", "proxy.port": None}``:
+    None means not given). They go after the ``-o`` overrides, so a flag wins over ``-o`` for the same field."""
+    return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+
+
 @click.group("config")
 def config_group() -> None:
     """Inspect configuration files."""
@@ -45,7 +51,8 @@ def config_group() -> None:
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
 @override_option()
 @click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True)
-def config_show(config: str | None, overrides: tuple[str, ...], fmt: str) -> None:
+@click.option("--doc", is_flag=True, help="Print every field with its type, default and description instead.")
+def config_show(config: str | None, overrides: tuple[str, ...], fmt: str, doc: bool) -> None:
     """Print the merged configuration: CONFIG (default: the shipped embedded-default config)
     with every default filled in and every -o override applied.
 
@@ -53,8 +60,13 @@ def config_show(config: str | None, overrides: tuple[str, ...], fmt: str) -> Non
     Examples:
       lego config show
       lego config show my_run.toml -o training.steps=3 -o harness.name=mini-swe-agent
+      lego config show --doc
     """
     cfg = load_config(config, list(overrides))
+    if doc:
+        for field in config_doc():
+            click.echo(f"{field.key}: {field.type} = {field.default}\n    {field.description}")
+        return
     click.echo(json.dumps(cfg.model_dump(mode="json"), indent=2) if fmt == "json" else to_toml(cfg), nl=False)
 
 
@@ -74,6 +86,8 @@ def to_toml(model: BaseModel, prefix: str = "") -> str:
 
 
 def _toml_value(v: object) -> str:
+    if isinstance(v, BaseModel):  # a harness's typed options inside harness.options
+        return _toml_value(v.model_dump(mode="json"))
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int | float):
