@@ -19,13 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lego.proxies.errors import ApiError
 from lego.proxies.service import ChatRequest, ChatResult
-from lego.proxies.wire import IMAGE_PART_TYPES, chunks, sse, text_of_parts
+from lego.proxies.wire import IMAGE_PART_TYPES, chunks, refuse, refuse_unknown, sse, text_of_parts
 
 __all__ = ["MessagesRequest", "messages_response", "messages_stream", "to_chat_request"]
 
 
 class AnthropicTool(BaseModel):
     model_config = ConfigDict(extra="allow")
+    type: str | None = None
     name: str
     description: str | None = None
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
@@ -37,27 +38,42 @@ class AnthropicMessage(BaseModel):
     content: str | list[dict[str, Any]]
 
 
+# Fields that change nothing the policy samples: accepted as is.
+ADVISORY_FIELDS = frozenset({"service_tier"})
+# Per-tool fields that change nothing the policy sees (prompt-caching hints).
+_ADVISORY_TOOL_FIELDS = frozenset({"cache_control"})
+
+
 class MessagesRequest(BaseModel):
-    """The fields of ``POST /v1/messages`` (and ``count_tokens``) the proxy reads."""
+    """``POST /v1/messages`` (and ``count_tokens``). Every field is honoured or refused with a 400
+    that names it; unmodelled fields are refused unless in :data:`ADVISORY_FIELDS`. ``max_tokens``
+    is required, as in the Messages API."""
 
     model_config = ConfigDict(extra="allow")
     model: str = ""
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int = Field(ge=1)
     tools: list[AnthropicTool] | None = None
     tool_choice: dict[str, Any] | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
+    temperature: float | None = Field(None, ge=0, le=1)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=0)
     stop_sequences: list[str] | None = None
     stream: bool = False
     metadata: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
 
 
 def _tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]]:
     out = []
-    for t in tools or []:
+    for i, t in enumerate(tools or []):
+        if t.type not in (None, "custom"):
+            raise refuse(f"tools[{i}].type", f"server tool {t.type!r} cannot run here; declare client tools only")
+        refuse_unknown(
+            {f"tools[{i}].{k}": v for k, v in (t.model_extra or {}).items() if k not in _ADVISORY_TOOL_FIELDS},
+            frozenset(),
+        )
         fn: dict[str, Any] = {"name": t.name}
         if t.description is not None:
             fn["description"] = t.description
@@ -66,13 +82,23 @@ def _tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_choice(tc: dict[str, Any] | None) -> Any:
+def _tool_choice(tc: dict[str, Any] | None) -> tuple[Any, bool]:
+    """(canonical tool_choice, parallel tool calls allowed)."""
     if not tc:
-        return None
+        return None, True
+    refuse_unknown(
+        {f"tool_choice.{k}": v for k, v in tc.items() if k not in ("type", "name", "disable_parallel_tool_use")},
+        frozenset(),
+    )
+    parallel = not tc.get("disable_parallel_tool_use", False)
     kind = tc.get("type")
     if kind == "tool":
-        return {"type": "function", "function": {"name": tc.get("name", "")}}
-    return {"any": "required", "auto": "auto", "none": "none"}.get(str(kind), "auto")
+        if not isinstance(tc.get("name"), str):
+            raise refuse("tool_choice.name", "tool_choice of type 'tool' needs the tool's 'name'")
+        return {"type": "function", "function": {"name": tc["name"]}}, parallel
+    if kind in ("any", "auto", "none"):
+        return {"any": "required", "auto": "auto", "none": "none"}[kind], parallel
+    raise refuse("tool_choice", f"unknown tool_choice type {kind!r}; use auto, any, tool or none")
 
 
 def _user_blocks(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
@@ -127,7 +153,33 @@ def _assistant_blocks(blocks: list[dict[str, Any]], where: str) -> dict[str, Any
     return out
 
 
+def _prefill(messages: list[dict[str, Any]]) -> str:
+    """Pop a final assistant turn (a prefill the policy continues) and return its text."""
+    if not messages or messages[-1]["role"] != "assistant":
+        return ""
+    last = messages.pop()
+    if last.get("tool_calls") or last.get("reasoning_content"):
+        raise ApiError(
+            400,
+            "the final assistant turn (a prefill) may hold text only, not tool_use or thinking blocks",
+            param=f"messages[{len(messages)}].content",
+        )
+    text = str(last.get("content") or "")
+    if text != text.rstrip():
+        raise ApiError(
+            400,
+            "final assistant content cannot end with trailing whitespace",
+            param=f"messages[{len(messages)}].content",
+        )
+    return text
+
+
 def to_chat_request(req: MessagesRequest) -> ChatRequest:
+    refuse_unknown(req.model_extra, ADVISORY_FIELDS)
+    if req.thinking is not None:
+        raise refuse(
+            "thinking", "extended-thinking budgets are not enforced; whether the policy thinks is its template's choice"
+        )
     messages: list[dict[str, Any]] = []
     if req.system:
         messages.append({"role": "system", "content": text_of_parts(req.system, "system")})
@@ -145,16 +197,21 @@ def to_chat_request(req: MessagesRequest) -> ChatRequest:
             messages.extend(_user_blocks(m.content, where))
         else:
             messages.append(_assistant_blocks(m.content, where))
+    prefill = _prefill(messages)
+    tool_choice, parallel = _tool_choice(req.tool_choice)
     return ChatRequest(
         messages=messages,
         tools=_tools(req.tools),
-        tool_choice=_tool_choice(req.tool_choice),
+        tool_choice=tool_choice,
         max_tokens=req.max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
+        top_k=req.top_k,
         stop=list(req.stop_sequences or []),
         stream=req.stream,
         model=req.model,
+        parallel_tool_calls=parallel,
+        prefill=prefill,
     )
 
 
@@ -172,8 +229,8 @@ def _blocks(res: ChatResult) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if res.reasoning:
         blocks.append({"type": "thinking", "thinking": res.reasoning, "signature": ""})
-    if res.message.get("content"):
-        blocks.append({"type": "text", "text": res.message["content"]})
+    if res.reply_content():
+        blocks.append({"type": "text", "text": res.reply_content()})
     for c in res.message.get("tool_calls") or []:
         blocks.append(
             {

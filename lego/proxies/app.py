@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -322,4 +323,16 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
             Route("/s/{session}", endpoint("chat", open_session), methods=["POST"]),
             Route("/s/{session}", endpoint("chat", delete_session), methods=["DELETE"]),
         ]
-    return Starlette(routes=routes)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        """Unknown routes (404) and wrong methods (405) in the calling API's error shape, never text."""
+        assert isinstance(exc, HTTPException)
+        api: Api = "messages" if "/v1/messages" in request.url.path else "chat"
+        if exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            err = ApiError(405, f"method {request.method} is not allowed on {request.url.path}; use {allowed}")
+            return JSONResponse(error_body(api, err), status_code=405, headers={**err.headers(), "allow": allowed})
+        err = ApiError(exc.status_code, f"no route {request.method} {request.url.path} on the {face} face", "not_found")
+        return _error_response(api, err)
+
+    return Starlette(routes=routes, exception_handlers={404: http_error, 405: http_error})

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lego.proxies.errors import ApiError
 from lego.proxies.service import ChatRequest, ChatResult
-from lego.proxies.wire import chunks, sse, text_of_parts
+from lego.proxies.wire import chunks, refuse, refuse_unknown, sse, text_of_parts
 
 __all__ = ["ChatCompletionRequest", "canonical_tools", "chat_response", "chat_stream", "to_chat_request"]
 
@@ -35,8 +35,13 @@ class ToolSpec(BaseModel):
     function: FunctionSpec
 
 
+# Fields that change nothing the policy samples (ids, storage and cache hints): accepted as is.
+ADVISORY_FIELDS = frozenset({"user", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
+
+
 class ChatCompletionRequest(BaseModel):
-    """The fields of ``POST /v1/chat/completions`` the proxy reads; others are accepted and ignored."""
+    """``POST /v1/chat/completions``. Every field is honoured or refused with a 400 that names it
+    (:func:`to_chat_request`); unmodelled fields are refused unless in :data:`ADVISORY_FIELDS`."""
 
     model_config = ConfigDict(extra="allow")
     model: str = ""
@@ -49,6 +54,7 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1, description="vLLM's extension; -1 or 0: no top-k truncation.")
     n: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = None
@@ -56,6 +62,37 @@ class ChatCompletionRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     metadata: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+
+
+def _refuse_unsupported(req: ChatCompletionRequest) -> None:
+    refuse_unknown(req.model_extra, ADVISORY_FIELDS)
+    if req.n is not None and req.n > 1:
+        raise refuse("n", "n > 1 is unsupported: ask for one choice per request")
+    if req.top_logprobs:
+        raise refuse("top_logprobs", "the engine records only each sampled token's logprob, not the alternatives")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise refuse("top_logprobs", "top_logprobs needs logprobs: true")
+    if req.response_format is not None and req.response_format.get("type") != "text":
+        raise refuse("response_format", "structured output (json_object, json_schema) is not enforced by this proxy")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if getattr(req, name):
+            raise refuse(name, "the engine applies no penalties; only 0 is supported")
+    if req.logit_bias:
+        raise refuse("logit_bias", "the engine applies no logit bias")
+    if req.modalities is not None and set(req.modalities) - {"text"}:
+        raise refuse("modalities", "only text output is supported")
+    if req.stream_options is not None:
+        refuse_unknown({k: v for k, v in req.stream_options.items() if k != "include_usage"}, frozenset())
+    for i, tool in enumerate(req.tools or []):
+        if tool.function.model_extra and tool.function.model_extra.get("strict"):
+            raise refuse(f"tools[{i}].function.strict", "strict schema adherence of arguments is not enforced")
 
 
 def canonical_tools(tools: list[ToolSpec] | None) -> list[dict[str, Any]]:
@@ -130,8 +167,7 @@ def canonical_message(m: Any, i: int) -> dict[str, Any]:
 
 
 def to_chat_request(req: ChatCompletionRequest) -> ChatRequest:
-    if req.n is not None and req.n > 1:
-        raise ApiError(400, "n > 1 is unsupported: ask for one choice per request", param="n")
+    _refuse_unsupported(req)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     return ChatRequest(
         messages=[canonical_message(m, i) for i, m in enumerate(req.messages)],
@@ -140,10 +176,13 @@ def to_chat_request(req: ChatCompletionRequest) -> ChatRequest:
         max_tokens=req.max_completion_tokens or req.max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
+        top_k=max(req.top_k or 0, 0),
         seed=req.seed,
         stop=stop,
         stream=req.stream,
         model=req.model,
+        logprobs=bool(req.logprobs),
+        parallel_tool_calls=req.parallel_tool_calls is not False,
     )
 
 
@@ -172,13 +211,26 @@ def _usage(res: ChatResult) -> dict[str, int]:
     }
 
 
+def _logprobs(res: ChatResult) -> dict[str, Any] | None:
+    if res.token_logprobs is None:
+        return None
+    return {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []} for t, lp in res.token_logprobs
+        ],
+        "refusal": None,
+    }
+
+
 def chat_response(res: ChatResult, model: str) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{res.id}",
         "object": "chat.completion",
         "created": res.created,
         "model": model,
-        "choices": [{"index": 0, "message": _message_out(res), "logprobs": None, "finish_reason": res.finish_reason}],
+        "choices": [
+            {"index": 0, "message": _message_out(res), "logprobs": _logprobs(res), "finish_reason": res.finish_reason}
+        ],
         "usage": _usage(res),
     }
 
@@ -187,7 +239,9 @@ def chat_stream(res: ChatResult, model: str, include_usage: bool) -> Iterator[by
     base = {"id": f"chatcmpl-{res.id}", "object": "chat.completion.chunk", "created": res.created, "model": model}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        # The token logprobs ride on the finish chunk (SDKs concatenate them across chunks).
+        lps = _logprobs(res) if finish else None
+        body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": lps, "finish_reason": finish}]}
         if include_usage:
             body["usage"] = None
         return sse(body)

@@ -24,13 +24,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lego.proxies.errors import ApiError
 from lego.proxies.service import ChatRequest, ChatResult
-from lego.proxies.wire import IMAGE_PART_TYPES, chunks, new_id, sse, text_of_parts
+from lego.proxies.wire import IMAGE_PART_TYPES, chunks, new_id, refuse, refuse_unknown, sse, text_of_parts
 
 __all__ = ["ResponsesRequest", "responses_response", "responses_stream", "to_chat_request"]
 
 
+# Fields that change nothing the policy samples (ids, storage and cache hints): accepted as is.
+ADVISORY_FIELDS = frozenset({"store", "user", "safety_identifier", "service_tier", "prompt_cache_key"})
+# ``include`` values: logprobs are honoured; encrypted reasoning is asked for "if any" and we keep none.
+_INCLUDE = frozenset({"message.output_text.logprobs", "reasoning.encrypted_content"})
+
+
 class ResponsesRequest(BaseModel):
-    """The fields of ``POST /v1/responses`` the proxy reads; others are accepted and ignored."""
+    """``POST /v1/responses``. Every field is honoured or refused with a 400 that names it;
+    unmodelled fields are refused unless in :data:`ADVISORY_FIELDS`."""
 
     model_config = ConfigDict(extra="allow")
     model: str = ""
@@ -38,22 +45,51 @@ class ResponsesRequest(BaseModel):
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    include: list[str] | None = None
     stream: bool = False
     previous_response_id: str | None = None
     metadata: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    text: dict[str, Any] | None = None
+    truncation: str | None = None
+    background: bool | None = None
+
+
+def _refuse_unsupported(req: ResponsesRequest) -> None:
+    refuse_unknown(req.model_extra, ADVISORY_FIELDS)
+    if req.top_logprobs:
+        raise refuse("top_logprobs", "the engine records only each sampled token's logprob, not the alternatives")
+    for value in req.include or []:
+        if value not in _INCLUDE:
+            raise refuse("include", f"cannot include {value!r}; supported: {sorted(_INCLUDE)}")
+    if req.reasoning and any(v is not None for v in req.reasoning.values()):
+        raise refuse("reasoning", "reasoning effort and summaries are not controllable; the template decides")
+    if req.text:
+        fmt = req.text.get("format") or {"type": "text"}
+        if fmt.get("type") != "text":
+            raise refuse("text.format", "structured output (json_object, json_schema) is not enforced by this proxy")
+        refuse_unknown({f"text.{k}": v for k, v in req.text.items() if k != "format"}, frozenset())
+    if req.truncation not in (None, "disabled"):
+        raise refuse("truncation", "the proxy never truncates a conversation; use 'disabled'")
+    if req.background:
+        raise refuse("background", "background responses are not supported")
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Function tools become canonical tools; hosted tools (web search ...) cannot run here and are dropped."""
+    """Function tools become canonical tools; hosted tools (web search ...) cannot run here: a 400."""
     out = []
     for i, t in enumerate(tools or []):
         if t.get("type") != "function":
-            continue
+            raise refuse(f"tools[{i}].type", f"tool type {t.get('type')!r} cannot run here; declare function tools")
         if not isinstance(t.get("name"), str):
             raise ApiError(400, f"tools[{i}]: a function tool needs a string 'name'", param=f"tools[{i}].name")
+        if t.get("strict"):
+            raise refuse(f"tools[{i}].strict", "strict schema adherence of arguments is not enforced")
         fn: dict[str, Any] = {"name": t["name"]}
         if t.get("description") is not None:
             fn["description"] = t["description"]
@@ -131,6 +167,7 @@ def input_messages(items: str | list[dict[str, Any]], instructions: str | None) 
 
 def to_chat_request(req: ResponsesRequest, history: list[dict[str, Any]] | None = None) -> ChatRequest:
     """``history``: the conversation of ``previous_response_id`` (without its system message)."""
+    _refuse_unsupported(req)
     messages = input_messages(req.input, req.instructions)
     if history:
         lead = messages[:1] if messages and messages[0]["role"] == "system" and req.instructions else []
@@ -144,6 +181,8 @@ def to_chat_request(req: ResponsesRequest, history: list[dict[str, Any]] | None 
         top_p=req.top_p,
         stream=req.stream,
         model=req.model,
+        logprobs="message.output_text.logprobs" in (req.include or []),
+        parallel_tool_calls=req.parallel_tool_calls is not False,
     )
 
 
@@ -162,7 +201,11 @@ def _items(res: ChatResult) -> list[dict[str, Any]]:
     calls = res.message.get("tool_calls") or []
     content = res.message.get("content") or ""
     if content or not calls:
-        part: dict[str, Any] = {"type": "output_text", "text": content, "annotations": [], "logprobs": []}
+        lps = [
+            {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+            for t, lp in res.token_logprobs or []
+        ]
+        part: dict[str, Any] = {"type": "output_text", "text": content, "annotations": [], "logprobs": lps}
         items.append(
             {"type": "message", "id": f"msg_{res.id}", "status": "completed", "role": "assistant", "content": [part]}
         )
@@ -194,7 +237,7 @@ def responses_response(
         "model": model,
         "instructions": req.instructions,
         "output": _items(res),
-        "parallel_tool_calls": True,
+        "parallel_tool_calls": req.parallel_tool_calls is not False,
         "tool_choice": req.tool_choice or "auto",
         "tools": req.tools or [],
         "temperature": req.temperature,
@@ -258,7 +301,7 @@ def responses_stream(final: dict[str, Any]) -> Iterator[bytes]:
                 output_index=idx,
                 content_index=0,
                 text=part["text"],
-                logprobs=[],
+                logprobs=part["logprobs"],
             )
             yield ev("response.content_part.done", item_id=iid, output_index=idx, content_index=0, part=part)
         else:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import secrets
 import time
 import uuid
@@ -42,6 +43,7 @@ from lego.types import Generation, MainThreadSpec, RequestContext, SamplingParam
 __all__ = ["ChatFormatLike", "ChatRequest", "ChatResult", "ProxyService", "Session"]
 
 Message = dict[str, Any]
+_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 
 class ChatFormatLike(ChatTemplate, Protocol):
@@ -50,6 +52,8 @@ class ChatFormatLike(ChatTemplate, Protocol):
     def parse(self, token_ids: list[int], tools: list[dict[str, Any]] | None = None, id_salt: str = "") -> Any: ...
 
     def to_message(self, parsed: Any) -> Message: ...
+
+    tool_call_format: str  # "hermes" or "qwen3_coder": how a forced tool call is opened
 
 
 @dataclass
@@ -62,10 +66,19 @@ class ChatRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     model: str = ""
+    logprobs: bool = False
+    """Return each sampled token's logprob (:attr:`ChatResult.token_logprobs`)."""
+    parallel_tool_calls: bool = True
+    """False: the turn ends after its first complete tool call (the generation is cut there)."""
+    prefill: str = ""
+    """An assistant prefill (Anthropic: the request ends with an assistant turn): the policy
+    continues this text; it enters the prompt as template tokens (mask 0) and the reply holds
+    only the continuation."""
 
 
 @dataclass
@@ -81,6 +94,17 @@ class ChatResult:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
     stop_sequence: str | None = None
+    token_logprobs: list[tuple[str, float]] | None = None
+    """(token text, logprob) of each sampled token, final end-of-turn excluded (when asked for)."""
+    prefill: str = ""
+    """The request's assistant prefill: ``message`` holds prefill + continuation (what the
+    recorder keeps); :meth:`reply_content` is what the API returns."""
+
+    def reply_content(self) -> str:
+        """The assistant content without the request's prefill (APIs return only what was generated)."""
+        content = str(self.message.get("content") or "")
+        lead = self.prefill.strip()
+        return content[len(lead) :] if lead and content.startswith(lead) else content
 
 
 @dataclass
@@ -113,6 +137,9 @@ class Session:
     engine_errors: int = 0
     """Calls the engine failed on (a 502): possibly caused by what the request held, so the rollout code
     attributes a failed rollout to the infrastructure only for ``engine_unavailable``."""
+    tool_choice_failures: int = 0
+    """Generations under a forcing ``tool_choice`` that did not yield a call of a declared tool (not
+    recorded; the client got an error instead of a wrong tool or plain text)."""
     created_at: float = field(default_factory=time.time)
 
     def lock(self, key: str) -> asyncio.Lock:
@@ -211,7 +238,12 @@ class ProxyService:
         s = self.sessions.get(session_id)
         if s is None:
             if self.config.strict_sessions or not create:
-                raise ApiError(404, f"unknown session {session_id!r}; open it first (strict mode)", "not_found")
+                why = (
+                    "open it first (strict mode)"
+                    if self.config.strict_sessions
+                    else "it was never opened or was closed"
+                )
+                raise ApiError(404, f"unknown session {session_id!r}; {why}", "not_found")
             s = self.open_session(session_id)
         return s
 
@@ -233,6 +265,7 @@ class ProxyService:
         counters["proxy_time_s"] = s.proxy_time_s
         counters["engine_unavailable"] = float(s.engine_unavailable)
         counters["engine_errors"] = float(s.engine_errors)
+        counters["tool_choice_failures"] = float(s.tool_choice_failures)
         return Trajectory(
             trajectory_id=f"{session_id}-{uuid.uuid4().hex[:8]}",
             session_id=session_id,
@@ -254,7 +287,7 @@ class ProxyService:
             text = self.chat.render_text(req.messages, req.tools or None, add_generation_prompt=True)
         except (ValueError, ChatFormatError) as exc:
             raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
-        return len(self.chat.encode(text))
+        return len(self.chat.encode(text)) + (len(self.chat.encode(req.prefill)) if req.prefill else 0)
 
     async def complete(self, s: Session, req: ChatRequest, api: Api) -> ChatResult:
         t0 = time.perf_counter()
@@ -272,6 +305,11 @@ class ProxyService:
                 call = rec.prepare(req.messages, req.tools)
             except (ValueError, ChatFormatError) as exc:
                 raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
+            forced, wanted = self._forced_prefix(req)
+            forced_ids = self.chat.encode(forced) if forced else []
+            # The forced text is the template's, not the policy's: it joins the prompt, so the
+            # recorder keeps it as context (mask 0) and only the continuation is sampled (mask 1).
+            call.prompt_ids.extend(forced_ids)
             sampling, headers = self._sampling(s, req, len(call.prompt_ids), main)
             # model_construct: the messages were validated on the way in; re-validating is O(history).
             ctx = RequestContext.model_construct(
@@ -302,11 +340,15 @@ class ProxyService:
             engine_s = time.perf_counter() - t_engine
             self._check_open(s)  # sealed while the engine ran: the episode is over, record nothing
             gen, stop_hit = self._apply_stop(gen, req.stop)
+            if wanted is not None or not req.parallel_tool_calls:
+                gen, _ = self._apply_stop(gen, [_CALL_CLOSE])  # one call: the turn ends after it
             s.calls += 1
-            parsed = self.chat.parse(gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}")
+            parsed = self.chat.parse(forced_ids + gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}")
             message = self.chat.to_message(parsed)
             if req.tool_choice == "none" and message.get("tool_calls"):
                 message = {"role": "assistant", "content": getattr(parsed, "text", "") or message.get("content") or ""}
+            if forced_ids and req.tool_choice not in (None, "auto", "none"):
+                self._check_tool_choice(s, req, message, gen, wanted)
             parse_errors = len(getattr(parsed, "parse_errors", []) or [])
             rec.commit(call, gen, message, parse_failures=parse_errors)
         finish = "tool_calls" if message.get("tool_calls") else ("length" if gen.finish_reason == "length" else "stop")
@@ -323,7 +365,87 @@ class ProxyService:
             completion_tokens=len(gen.token_ids),
             headers=headers,
             stop_sequence=stop_hit,
+            token_logprobs=self._token_logprobs(gen) if req.logprobs else None,
+            prefill=req.prefill,
         )
+
+    def _forced_prefix(self, req: ChatRequest) -> tuple[str, str | None]:
+        """``(text the reply is forced to start with, the tool it must call)``.
+
+        ``tool_choice`` is enforced by forcing the start of the model's own tool-call syntax: a
+        named function (or "required" with one tool) forces the call's opening up to the
+        arguments; "required" with several tools forces the call opener and the policy picks the
+        tool. What the policy then writes is checked (:meth:`_check_tool_choice`). The wanted
+        tool is ``""`` for "any declared tool", None when nothing is forced. An assistant prefill
+        is forced the same way. Anything else that would force a call is refused with a 400."""
+        tc = req.tool_choice
+        if tc in (None, "auto", "none"):
+            return req.prefill, None
+        names = [str(t["function"]["name"]) for t in req.tools]
+        if not names:
+            raise ApiError(400, f"tool_choice {tc!r} needs at least one tool in 'tools'", param="tool_choice")
+        if req.prefill:
+            raise ApiError(
+                400,
+                "tool_choice that forces a tool call cannot be combined with an assistant prefill",
+                param="tool_choice",
+            )
+        if tc == "required":
+            wanted = names[0] if len(names) == 1 else ""
+        elif isinstance(tc, dict) and tc.get("type") == "function":
+            fn = tc.get("function")
+            wanted = str((fn if isinstance(fn, dict) else tc).get("name") or "")
+            if wanted not in names:
+                raise ApiError(
+                    400,
+                    f"tool_choice names function {wanted!r}, which is not among the tools {names}",
+                    param="tool_choice",
+                )
+        else:
+            raise ApiError(
+                400,
+                f"unsupported tool_choice {tc!r}; use 'auto', 'none', 'required' or a named function",
+                param="tool_choice",
+            )
+        coder = self.chat.tool_call_format == "qwen3_coder"
+        if not wanted:
+            return (_CALL_OPEN + "\n<function=") if coder else (_CALL_OPEN + '\n{"name": "'), ""
+        if coder:
+            return f"{_CALL_OPEN}\n<function={wanted}>\n", wanted
+        return _CALL_OPEN + '\n{"name": ' + json.dumps(wanted, ensure_ascii=False) + ', "arguments": ', wanted
+
+    def _check_tool_choice(
+        self, s: Session, req: ChatRequest, message: Message, gen: Generation, wanted: str | None
+    ) -> None:
+        """Refuse (nothing recorded) a reply under a forcing tool_choice that holds no call of a
+        declared tool, or calls another than the named one: never a 200 with the wrong tool."""
+        names = {str(t["function"]["name"]) for t in req.tools}
+        called = [str(c["function"]["name"]) for c in message.get("tool_calls") or []]
+        if called and all(n in names and (not wanted or n == wanted) for n in called):
+            return
+        s.tool_choice_failures += 1
+        if gen.finish_reason == "length":
+            raise ApiError(
+                400,
+                f"the tool call that tool_choice forces was cut at max_tokens ({len(gen.token_ids)} tokens); "
+                "raise max_tokens",
+                param="max_tokens",
+            )
+        what = f"calls {called}" if called else "no parseable tool call"
+        raise ApiError(
+            502,
+            f"tool_choice {req.tool_choice!r} was forced, but the policy wrote {what}; "
+            f"the tools are {sorted(names)} (a new sample may succeed)",
+            "engine",
+            code="tool_choice_unsatisfied",
+            retry_after=1,
+        )
+
+    def _token_logprobs(self, gen: Generation) -> list[tuple[str, float]]:
+        ids, lps = gen.token_ids, gen.logprobs
+        if ids and ids[-1] in self.chat.eos_token_ids:
+            ids, lps = ids[:-1], lps[:-1]
+        return [(self.chat.decode([t]), float(lp)) for t, lp in zip(ids, lps, strict=True)]
 
     @staticmethod
     def _spend_generation(s: Session) -> None:
@@ -371,8 +493,9 @@ class ProxyService:
             return params, headers
         temperature = 1.0 if req.temperature is None else float(req.temperature)
         top_p = 1.0 if req.top_p is None else float(req.top_p)
+        top_k = req.top_k or 0
         params = SamplingParams(
-            temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+            temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
         )
         return params, headers
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from lego.proxies.errors import ApiError
 
-__all__ = ["chunks", "new_id", "sse", "text_of_parts"]
+__all__ = ["chunks", "new_id", "refuse", "refuse_unknown", "sse", "text_of_parts"]
 
 IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image", "input_audio", "file", "input_file", "document"})
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
@@ -58,3 +58,16 @@ def chunks(text: str, size: int = 48) -> Iterator[str]:
         return
     for i in range(0, len(text), size):
         yield text[i : i + size]
+
+
+def refuse(name: str, why: str) -> ApiError:
+    """The 400 for a request option the proxy cannot honour (DESIGN rule 9: never dropped silently)."""
+    return ApiError(400, f"{name}: {why}; remove it or change it to a supported value", param=name)
+
+
+def refuse_unknown(extra: dict[str, Any] | None, advisory: frozenset[str]) -> None:
+    """Refuse every request field not modelled and not in ``advisory`` (fields that change nothing
+    the policy samples: user ids, cache keys, storage hints)."""
+    for name in extra or {}:
+        if name not in advisory:
+            raise refuse(name, "this proxy does not support this request field")
