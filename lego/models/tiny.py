@@ -33,7 +33,15 @@ from lego.errors import ModelError
 from lego.models.tokenizer import corpus_fingerprint, train_tokenizer
 from lego.paths import cache_dir
 
-__all__ = ["BUILDER_VERSION", "TINY_ARCH", "build_tiny", "chat_template", "resolve_model"]
+__all__ = [
+    "BUILDER_VERSION",
+    "FAMILY_ARCH",
+    "TINY_ARCH",
+    "build_tiny",
+    "build_tiny_on",
+    "chat_template",
+    "resolve_model",
+]
 
 BUILDER_VERSION = 1
 """Bump when the architecture or the directory layout changes (invalidates cached builds)."""
@@ -102,6 +110,78 @@ def build_tiny(out_dir: str | Path, seed: int = 0, tool_format: str = "hermes") 
     (out / "chat_template.jinja").write_text(tokenizer.chat_template, encoding="utf-8")
     (out / "lego_build.json").write_text(
         json.dumps({"builder_version": BUILDER_VERSION, "seed": seed, "tool_format": tool_format}, indent=2) + "\n"
+    )
+    return out
+
+
+FAMILY_ARCH: dict[str, Any] = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+)
+"""Shape of a random tiny model on a real tokenizer: the embedding of a 128-200 k vocabulary
+dominates, so the layers stay minimal (a few MB of weights besides it)."""
+
+
+def build_tiny_on(
+    tokenizer_dir: str | Path,
+    out_dir: str | Path,
+    model_type: str = "qwen3",
+    seed: int = 0,
+    chat_template: str | None = None,
+) -> Path:
+    """Write a random-weight tiny ``model_type`` model (e.g. "qwen3", "llama", "gpt_oss") on a real
+    tokenizer (a directory with tokenizer.json and tokenizer_config.json) to ``out_dir``.
+
+    The vocabulary is the tokenizer's full length, so every id it produces is embeddable; the
+    generation config's eos ids are the chat format's stop ids (end of turn, eos), read from the
+    template as ``ChatFormat`` reads them. ``chat_template`` (Jinja text) is stored with the
+    tokenizer when given (gpt-oss ships none). Same seed, same weights.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from lego.models.chat import ChatFormat
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    chat = ChatFormat(tokenizer, chat_template)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else chat.eos_token_ids[0]
+    arch = dict(FAMILY_ARCH)
+    if model_type == "gpt_oss":  # a mixture of experts: keep it tiny too
+        arch.update(num_local_experts=4, num_experts_per_tok=2, layer_types=["sliding_attention", "full_attention"])
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=chat.eos_token_ids[0],
+        pad_token_id=pad_id,
+        dtype="float32",
+        **arch,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=list(chat.eos_token_ids),
+        pad_token_id=pad_id,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / "lego_build.json").write_text(
+        json.dumps({"builder_version": BUILDER_VERSION, "seed": seed, "model_type": model_type}, indent=2) + "\n"
     )
     return out
 

@@ -87,7 +87,7 @@ _NAN = float("nan")
 class ChatTemplate(Protocol):
     """What the recorder needs from a model's chat format (lego.models.chat.ChatFormat has it)."""
 
-    im_end_id: int
+    end_of_turn_id: int
     eos_token_ids: list[int]
 
     def render_text(
@@ -276,7 +276,7 @@ class SessionRecorder:
             "overflows": 0,
             "side_threads_evicted": 0,
         }
-        self._eot_text = template.decode([template.im_end_id])
+        self._eot_text = template.decode([template.end_of_turn_id])
 
     # ------------------------------------------------------------------ threads
     def main_thread(self) -> Thread | None:
@@ -523,8 +523,8 @@ class SessionRecorder:
         """Template tokens after the sampled ids: end-of-turn if not sampled, then the template tail."""
         idx = assistant_text.rfind(self._eot_text)
         tail = assistant_text[idx + len(self._eot_text) :] if idx >= 0 else ""
-        ended = bool(sampled) and (sampled[-1] == self.template.im_end_id or sampled[-1] in self.template.eos_token_ids)
-        out = [] if ended else [self.template.im_end_id]
+        ended = bool(sampled) and sampled[-1] in (self.template.end_of_turn_id, *self.template.eos_token_ids)
+        out = [] if ended else [self.template.end_of_turn_id]
         return out + (self.template.encode(tail) if tail else [])
 
     def _evict_side_thread(self) -> None:
