@@ -428,20 +428,19 @@ def _safe_version(harness: Harness) -> str:
         return "unknown"
 
 
-def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path) -> Callable[[Any], Any]:
+def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path, cfg: LegoConfig) -> Callable[[Any], Any]:
     """The production ``run_sample`` of ``lego eval`` (an :class:`lego.eval.runner.SampleFnFactory`).
 
-    One :class:`Policy` per policy of the spec, started on first use and shared by its samples;
-    every sample runs with the sampling override at ``spec.temperature`` and seed ``key.seed``, and
-    its full trajectory is saved next to the sample file.
+    One :class:`Policy` per policy of the spec, started on first use and shared by its samples, with
+    ``cfg``'s engine, proxy, sandbox, harness and guard settings (the policy's model and the spec's
+    engine kind replace ``cfg.engine``'s); every sample runs with the sampling override at
+    ``spec.temperature`` and seed ``key.seed``, and its full trajectory is saved next to the sample file.
     """
-    from lego.config import load_config
     from lego.eval.results import SampleResult
     from lego.io import atomic_write_text
 
-    cfg = load_config(None, [])
     policies: dict[str, RolloutRunner] = {}
-    engine_kind = getattr(spec, "engine", "transformers")
+    engine_kind = spec.engine
 
     def runner_for(name: str) -> RolloutRunner:
         if name not in policies:

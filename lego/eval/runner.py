@@ -23,6 +23,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Protocol
 
+from lego.config import LegoConfig
 from lego.errors import ResumeError
 from lego.eval.matrix import summarize
 from lego.eval.results import EvalResults, EvalSpec, SampleKey, SampleResult, load_sample, sample_path, save_results
@@ -37,14 +38,15 @@ SampleFn = Callable[[SampleKey], SampleResult]
 class SampleFnFactory(Protocol):
     """What ``lego eval --sample-fn MODULE:ATTR`` names: builds ``run_sample`` for one eval.
 
-    ``tasks`` maps ``instance_id`` to the task record; ``out_dir`` is the eval directory (a place
+    ``tasks`` maps ``instance_id`` to the task record; ``cfg`` is the eval's whole configuration (engine,
+    proxy, sandbox and harness settings: a ``--from-run`` eval's are the run's own); ``out_dir`` is the eval directory (a place
     to save full trajectories, e.g. ``out_dir/trajectories/...``, referenced by
     ``SampleResult.trajectory_path``). ``run_sample`` must be safe to call from several threads, use
     ``key.seed`` for all its randomness, and return ``SampleResult(key=key, ...)`` — typically
     :meth:`SampleResult.from_trajectory`. It may raise; the runner records that as an infra failure.
     """
 
-    def __call__(self, spec: EvalSpec, tasks: Mapping[str, Task], out_dir: Path) -> SampleFn: ...
+    def __call__(self, spec: EvalSpec, tasks: Mapping[str, Task], out_dir: Path, cfg: LegoConfig) -> SampleFn: ...
 
 
 def _check_spec(out_dir: Path, spec: EvalSpec) -> None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from lego.config import LegoConfig
 from lego.eval.results import EvalSpec, SampleKey, SampleResult
 from lego.io import append_jsonl
 from lego.types import Task
@@ -37,7 +38,7 @@ def transient_infra(key: SampleKey) -> bool:
     return _u(key, "flaky") < 0.1
 
 
-def factory(spec: EvalSpec, tasks: Mapping[str, Task], out_dir: Path):  # type: ignore[no-untyped-def]
+def factory(spec: EvalSpec, tasks: Mapping[str, Task], out_dir: Path, cfg: LegoConfig):  # type: ignore[no-untyped-def]
     seen: set[SampleKey] = set()
     lock = threading.Lock()
     log = os.environ.get("LEGO_TEST_CALLS_LOG")

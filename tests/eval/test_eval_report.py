@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from lego.conductor.cli.eval import eval_group, load_tasks, parse_policies, run_defaults
+from lego.config import LegoConfig
 from lego.errors import ConfigError
 from lego.eval.matrix import assign_bases, cell_metrics
 from lego.eval.report import render, render_dir
@@ -67,7 +68,7 @@ def test_transfer_matrix_deltas_and_self_contained_report(tmp_path: Path) -> Non
     assert assign_bases(spec) == {"rl": "base", "rl2": "base"}
     tasks = {t: Task(instance_id=t, repo="r", problem_statement="p", patch="") for t in spec.task_ids}
     out = tmp_path / "eval"
-    res = run_eval(spec, det.factory(spec, tasks, out), out, concurrency=2)
+    res = run_eval(spec, det.factory(spec, tasks, out, LegoConfig()), out, concurrency=2)
     assert [(r.policy, r.trained_harness) for r in res.transfer] == [("rl", "h1"), ("rl2", "h2")]
     assert all(set(r.delta) == {"h1", "h2", "h3"} for r in res.transfer)
     d = next(x for x in res.deltas if (x.policy, x.harness) == ("rl", "h1"))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lego.config import LegoConfig
 from lego.errors import ResumeError
 from lego.eval.results import EvalSpec, PolicySpec, SampleKey, SampleResult, load_results, sample_path
 from lego.eval.runner import collect_samples, run_eval
@@ -49,7 +50,7 @@ def make_spec(n_tasks: int = 6, samples: int = 2) -> EvalSpec:
 def test_run_eval_writes_every_sample_retries_infra_and_excludes_it_from_pass1(tmp_path: Path) -> None:
     spec = make_spec()
     tasks = {t: Task(instance_id=t, repo="r", problem_statement="p", patch="") for t in spec.task_ids}
-    res = run_eval(spec, det.factory(spec, tasks, tmp_path), tmp_path, concurrency=3, infra_retries=1)
+    res = run_eval(spec, det.factory(spec, tasks, tmp_path, LegoConfig()), tmp_path, concurrency=3, infra_retries=1)
     assert len(res.samples) == len(spec.keys()) == 48 and res.missing == 0
     for s in res.samples:
         assert sample_path(tmp_path, s.key).is_file()

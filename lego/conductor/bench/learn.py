@@ -49,7 +49,7 @@ def _evaluate(cfg: Any, policies: dict[str, str], tasks: list[Any], out: Path, s
         max_turns=cfg.harness.max_turns,
         timeout_s=cfg.harness.timeout_s,
     )
-    run_sample = eval_sample_fn(spec, {t.instance_id: t for t in tasks}, out)
+    run_sample = eval_sample_fn(spec, {t.instance_id: t for t in tasks}, out, cfg)
     return run_eval(spec, run_sample, out, concurrency=cfg.eval.concurrency)
 
 

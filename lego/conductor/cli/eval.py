@@ -1,10 +1,13 @@
 """`lego eval`: run the policy x harness matrix, and `lego eval report DIR` to re-render one.
 
-How the pieces meet: the CLI turns options into an :class:`EvalSpec`, loads the tasks, asks a
-*sample-function factory* for ``run_sample`` and hands both to :func:`lego.eval.runner.run_eval`.
-The factory (``--sample-fn MODULE:ATTR``, default :data:`DEFAULT_SAMPLE_FN`) has the signature
-:class:`lego.eval.runner.SampleFnFactory`: ``factory(spec, tasks, out_dir) -> run_sample``; it is where
-engines, proxy sessions, sandboxes and harnesses are built (``lego.conductor.rollout`` in production).
+How the pieces meet: the CLI loads the config (``--config FILE -o KEY=VALUE``, or a run's own
+``config.toml`` with ``--from-run``; each flag is a shortcut for one config field and wins over
+``-o`` for it), turns it into an :class:`EvalSpec`, loads the tasks, asks a *sample-function factory*
+for ``run_sample`` and hands both to :func:`lego.eval.runner.run_eval`. The factory (``--sample-fn
+MODULE:ATTR``, default :data:`DEFAULT_SAMPLE_FN`) has the signature
+:class:`lego.eval.runner.SampleFnFactory`: ``factory(spec, tasks, out_dir, cfg) -> run_sample``; it is
+where engines, proxy sessions, sandboxes and harnesses are built, from ``cfg``
+(``lego.conductor.rollout`` in production).
 
 Policy names: ``--policy NAME=MODEL`` (a model dir, a checkpoint dir, or ``default``); a bare
 ``--policy oracle`` is the reserved oracle policy (plays gold patches). Bases: ``--base
@@ -23,6 +26,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lego.conductor.cli.basic import flag_overrides, override_option
 from lego.errors import ConfigError, TaskError
 from lego.eval.report import markdown, render, render_dir
 from lego.eval.results import EvalSpec, PolicySpec, SampleResult, read_checkpoint_meta
@@ -117,6 +121,16 @@ def run_defaults(run_dir: str | Path) -> dict[str, Any]:
 
 @click.group("eval", invoke_without_command=True)
 @click.option(
+    "-c",
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Config file (default: the shipped one). An option, not a positional CONFIG as for `lego train`: "
+    "a positional would take the place of the `report` subcommand.",
+)
+@override_option("-o eval.samples=4 -o sandbox.kind=docker")
+@click.option(
     "--policy",
     "policies",
     multiple=True,
@@ -126,37 +140,49 @@ def run_defaults(run_dir: str | Path) -> dict[str, Any]:
 @click.option(
     "--base", "bases", multiple=True, metavar="TRAINED=BASE", help="Compare TRAINED against BASE (delta, p-value)."
 )
-@click.option("--harness", "harnesses", multiple=True, metavar="NAME", help="A harness to evaluate in (repeatable).")
+@click.option(
+    "--harness",
+    "harnesses",
+    multiple=True,
+    metavar="NAME",
+    help="eval.harnesses: a harness to evaluate in (repeatable).",
+)
 @click.option(
     "--from-run",
     "from_run",
     type=click.Path(file_okay=False, exists=True),
     default=None,
     metavar="RUN_DIR",
-    help="Evaluate a `lego train` run: its latest checkpoint against its start model, on its held-out split, "
-    "in its harness, at its temperature, turn limit, timeout and eval concurrency, into RUN_DIR/eval (any option given wins).",
+    help="Evaluate a `lego train` run with its own config.toml (engine, proxy, sandbox, harness settings): its "
+    "latest checkpoint against its start model, on its held-out split, in its harness, at its temperature, into "
+    "RUN_DIR/eval (-o and flags still win).",
 )
-@click.option("--tasks", "tasks_arg", default="builtin:heldout", show_default=True, metavar="SOURCE[:split]")
 @click.option(
-    "--samples", type=click.IntRange(min=1), default=2, show_default=True, help="N samples per task and cell."
+    "--tasks",
+    "tasks_arg",
+    default=None,
+    metavar="SOURCE[:split]",
+    help="eval.tasks (default tasks.source:tasks.eval_split).",
 )
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Use the first N_TASKS tasks.")
-@click.option("--engine", type=click.Choice(["transformers", "vllm"]), default="transformers", show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="runs/eval", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Base seed; every sample's seed derives from it.")
-@click.option("--temperature", type=click.FloatRange(min=0.0), default=1.0, show_default=True)
-@click.option("--max-turns", type=click.IntRange(min=1), default=30, show_default=True, help="Turn limit per rollout.")
+@click.option("--samples", type=click.IntRange(min=1), default=None, help="eval.samples: N samples per task and cell.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="eval.limit: use the first N tasks.")
+@click.option("--engine", type=click.Choice(["transformers", "vllm"]), default=None, help="engine.kind.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="eval.out_dir.")
+@click.option("--seed", type=int, default=None, help="eval.seed: base seed; every sample's seed derives from it.")
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=None, help="eval.temperature.")
+@click.option(
+    "--max-turns", type=click.IntRange(min=1), default=None, help="harness.max_turns: turn limit per rollout."
+)
 @click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0.0, min_open=True),
-    default=600.0,
-    show_default=True,
-    help="Wall-time limit per rollout, seconds.",
+    default=None,
+    help="harness.timeout_s: wall-time limit per rollout, seconds.",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="Samples in flight.")
-@click.option("--infra-retries", type=click.IntRange(min=0), default=1, show_default=True)
-@click.option("--bootstrap", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="eval.concurrency: samples in flight.")
+@click.option("--infra-retries", type=click.IntRange(min=0), default=None, help="eval.infra_retries.")
+@click.option("--bootstrap", type=click.IntRange(min=100), default=None, help="eval.bootstrap: bootstrap resamples.")
 @click.option(
     "--sample-fn",
     default=DEFAULT_SAMPLE_FN,
@@ -167,21 +193,23 @@ def run_defaults(run_dir: str | Path) -> dict[str, Any]:
 @click.pass_context
 def eval_group(
     ctx: click.Context,
+    config: str | None,
+    overrides: tuple[str, ...],
     policies: tuple[str, ...],
     bases: tuple[str, ...],
     harnesses: tuple[str, ...],
-    tasks_arg: str,
-    samples: int,
+    tasks_arg: str | None,
+    samples: int | None,
     limit: int | None,
-    engine: str,
-    out_dir: str,
-    seed: int,
-    temperature: float,
-    max_turns: int,
-    timeout_s: float,
-    concurrency: int,
-    infra_retries: int,
-    bootstrap: int,
+    engine: str | None,
+    out_dir: str | None,
+    seed: int | None,
+    temperature: float | None,
+    max_turns: int | None,
+    timeout_s: float | None,
+    concurrency: int | None,
+    infra_retries: int | None,
+    bootstrap: int | None,
     sample_fn: str,
     from_run: str | None,
 ) -> None:
@@ -189,54 +217,83 @@ def eval_group(
 
     \b
     Resumable: rerun the same command to finish a killed eval (finished samples are kept).
+    Settings come from --config FILE (default: the shipped one) or --from-run's config.toml, then -o, then the
+    flags (a flag wins over -o for the same field).
     Examples:
       lego eval --policy oracle --policy tiny=default --harness lego-agent --harness aider --samples 2
       lego eval --policy base=Qwen/Qwen3-0.6B --policy rl=runs/x/checkpoints/step_0100 --harness lego-agent
       lego eval --from-run runs/default --limit 100 --samples 4
+      lego eval -c my_eval.toml --policy rl=runs/x/checkpoints/step_0100 -o sandbox.kind=docker
       lego eval report runs/eval
     """
     if ctx.invoked_subcommand is not None:
         return
+    from lego.config import load_config
+
+    base: dict[str, Any] = {}  # what --from-run sets, under -o and the flags
     if from_run is not None:
-        given = {k for k in ctx.params if ctx.get_parameter_source(k) != click.core.ParameterSource.DEFAULT}
+        if config is not None:
+            raise click.UsageError(
+                "give --config or --from-run RUN_DIR, not both (--from-run uses the run's config.toml)"
+            )
         run = run_defaults(from_run)
+        config = str(Path(from_run) / "config.toml")
         if not policies:
             policies, bases = run["policies"], bases or run["bases"]
-        picked = {k: v for k, v in run.items() if k not in given}
-        harnesses = picked.get("harnesses", harnesses)
-        tasks_arg = picked.get("tasks_arg", tasks_arg)
-        engine = picked.get("engine", engine)
-        out_dir = picked.get("out_dir", out_dir)
-        temperature = picked.get("temperature", temperature)
-        max_turns = picked.get("max_turns", max_turns)
-        timeout_s = picked.get("timeout_s", timeout_s)
-        concurrency = picked.get("concurrency", concurrency)
-    if not policies or not harnesses:
+        base = {
+            "eval.harnesses": list(run["harnesses"]),
+            "eval.tasks": run["tasks_arg"],
+            "engine.kind": run["engine"],
+            "eval.out_dir": run["out_dir"],
+            "eval.temperature": run["temperature"],
+        }
+    flags = {
+        "eval.harnesses": list(harnesses) or None,
+        "eval.tasks": tasks_arg,
+        "eval.samples": samples,
+        "eval.limit": limit,
+        "engine.kind": engine,
+        "eval.out_dir": out_dir,
+        "eval.seed": seed,
+        "eval.temperature": temperature,
+        "harness.max_turns": max_turns,
+        "harness.timeout_s": timeout_s,
+        "eval.concurrency": concurrency,
+        "eval.infra_retries": infra_retries,
+        "eval.bootstrap": bootstrap,
+    }
+    cfg = load_config(config, [*flag_overrides(base), *overrides, *flag_overrides(flags)])
+    ev = cfg.eval
+    if not policies:
         raise click.UsageError(
-            "give at least one --policy NAME=MODEL and one --harness NAME, or --from-run RUN_DIR "
+            "give at least one --policy NAME=MODEL (harnesses: eval.harnesses or --harness), or --from-run RUN_DIR "
             "(or: lego eval report DIR)"
         )
-    if len(set(harnesses)) != len(harnesses):
-        raise ConfigError(f"--harness given twice: {list(harnesses)}")
-    tasks = load_tasks(tasks_arg, limit)
+    if len(set(ev.harnesses)) != len(ev.harnesses):
+        raise ConfigError(f"eval.harnesses names a harness twice: {ev.harnesses}")
+    if cfg.engine.kind == "oracle":
+        raise ConfigError("engine.kind='oracle' is a policy here: pass --policy oracle and engine.kind=transformers")
+    source = ev.tasks or f"{cfg.tasks.source}:{cfg.tasks.eval_split}"
+    tasks = load_tasks(source, ev.limit)
     spec = EvalSpec(
         policies=parse_policies(policies, bases),
-        harnesses=list(harnesses),
+        harnesses=list(ev.harnesses),
         task_ids=[t.instance_id for t in tasks],
-        samples=samples,
-        seed=seed,
-        tasks_source=tasks_arg,
-        engine=engine,
-        bootstrap=bootstrap,
-        temperature=temperature,
-        max_turns=max_turns,
-        timeout_s=timeout_s,
+        samples=ev.samples,
+        seed=ev.seed,
+        tasks_source=source,
+        engine=cfg.engine.kind,
+        bootstrap=ev.bootstrap,
+        temperature=ev.temperature,
+        max_turns=cfg.harness.max_turns,
+        timeout_s=cfg.harness.timeout_s,
     )
-    run_sample = _load_factory(sample_fn)(spec, {t.instance_id: t for t in tasks}, Path(out_dir))
+    out_dir = ev.out_dir
+    run_sample = _load_factory(sample_fn)(spec, {t.instance_id: t for t in tasks}, Path(out_dir), cfg)
     total = len(spec.keys())
     click.echo(
         f"eval: {len(spec.policies)} policies x {len(spec.harnesses)} harnesses x {len(tasks)} tasks "
-        f"x {samples} samples = {total} samples -> {out_dir}",
+        f"x {ev.samples} samples = {total} samples -> {out_dir}",
         err=True,
     )
     columns = (
@@ -257,7 +314,7 @@ def eval_group(
             bar.update(tid, advance=1, last=last)
 
         results = run_eval(
-            spec, run_sample, out_dir, concurrency=concurrency, infra_retries=infra_retries, on_sample=progress
+            spec, run_sample, out_dir, concurrency=ev.concurrency, infra_retries=ev.infra_retries, on_sample=progress
         )
     html = render(results, out_dir)
     click.echo(markdown(results))
