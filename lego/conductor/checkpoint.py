@@ -27,20 +27,20 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from lego.config import LegoConfig
+from lego.algos import FidelityGate
+from lego.conductor import distributed as dist_utils
+from lego.config import LegoConfig, TrainingConfig
 from lego.errors import ResumeError
 from lego.io import atomic_write_json, atomic_write_text
 
-if TYPE_CHECKING:
-    from lego.conductor.trainer import Trainer
-
 __all__ = [
     "MUST_MATCH",
+    "Checkpointable",
     "check_compatible",
     "load_latest",
     "read_config",
@@ -67,6 +67,36 @@ MUST_MATCH: tuple[str, ...] = (
 )
 """Fields that must equal the saved run's to resume: the base model, the objective, and what the
 trainable weights are. Everything else (steps, lr, batch sizes, harness, ...) may change."""
+
+
+class Checkpointable(Protocol):
+    """What a checkpoint reads from and restores into (:class:`lego.conductor.trainer.Trainer` is one).
+
+    A Protocol so this module needs nothing from the trainer, which calls it: no import loop."""
+
+    step_count: int  # restored from the checkpoint
+
+    @property
+    def config(self) -> LegoConfig: ...
+    @property
+    def train_cfg(self) -> TrainingConfig: ...
+    @property
+    def model_dir(self) -> Path: ...
+    @property
+    def model(self) -> torch.nn.Module: ...
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+    @property
+    def gate(self) -> FidelityGate: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    def engine_state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
 
 _TOKENIZER_FILES = (
     "tokenizer.json",
@@ -122,7 +152,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _write_weights(
-    trainer: Trainer, out: Path, full_state: dict[str, torch.Tensor] | None, export_merged: bool
+    trainer: Checkpointable, out: Path, full_state: dict[str, torch.Tensor] | None, export_merged: bool
 ) -> None:
     lora = trainer.train_cfg.finetune == "lora"
     if lora:
@@ -139,7 +169,7 @@ def _write_weights(
 
 
 def save_checkpoint(
-    trainer: Trainer,
+    trainer: Checkpointable,
     run_dir: str | Path,
     extra: dict[str, Any] | None = None,
     export_merged: bool = False,
@@ -150,8 +180,6 @@ def save_checkpoint(
     ``keep_last`` deletes all but the newest N step directories afterwards. Leftover temp dirs of
     an interrupted save are removed. Under torchrun every rank must call it (weights and optimizer
     state are gathered); only rank 0 writes."""
-    from lego.conductor import distributed as dist_utils
-
     ckpt_root = Path(run_dir) / "checkpoints"
     name = f"step_{trainer.step_count:06d}"
     final = ckpt_root / name
@@ -213,12 +241,10 @@ def read_config(checkpoint_dir: str | Path) -> LegoConfig:
     return LegoConfig.model_validate(json.loads((Path(checkpoint_dir) / "lego_config.json").read_text()))
 
 
-def restore_checkpoint(trainer: Trainer, checkpoint_dir: str | Path) -> dict[str, Any]:
+def restore_checkpoint(trainer: Checkpointable, checkpoint_dir: str | Path) -> dict[str, Any]:
     """Load weights, optimizer, RNG states, step and gate into ``trainer``; returns the saved ``extra``.
 
     Raises :class:`ResumeError` if the checkpoint is incomplete or its config is incompatible."""
-
-    from lego.conductor import distributed as dist_utils
 
     path = Path(checkpoint_dir)
     if not _complete(path):
@@ -248,8 +274,6 @@ def restore_checkpoint(trainer: Trainer, checkpoint_dir: str | Path) -> dict[str
 
 
 def _load_full(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    from lego.conductor import distributed as dist_utils
-
     if dist_utils.current().world_size > 1:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 

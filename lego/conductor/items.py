@@ -16,7 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from lego.algos.advantages import group_advantages
 from lego.types import Segment, Trajectory
 
-__all__ = ["PaddedBatch", "TrainItem", "items_from_trajectories"]
+__all__ = [
+    "PaddedBatch",
+    "TrainItem",
+    "check_old_logprobs",
+    "items_from_trajectories",
+    "micro_batch_indices",
+    "padded_rows",
+    "with_rollout_logprobs",
+]
 
 
 class TrainItem(BaseModel):
@@ -60,11 +68,20 @@ def items_from_trajectories(
     return items
 
 
+def micro_batch_indices(n: int, size: int) -> list[list[int]]:
+    """Item indices ``0..n-1`` in consecutive micro-batches of at most ``size`` (``training.micro_batch_size``)."""
+    return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
+
+
 class PaddedBatch:
     """Right-padded tensors for a micro-batch of segments, aligned on response positions.
 
     ``L`` = longest prompt+response, ``R`` = longest response. ``gather_pos[b, j]`` is the position
     whose logits predict response token j of row b (prompt length − 1 + j): the next-token shift.
+
+    ``rollout_logp`` holds the engine's logprob where ``mask`` is 1 — a :class:`Segment` has one at
+    every sampled token — and 0.0 elsewhere; ``mask`` says which entries are real, so readers (the
+    loss, the fidelity metrics) look only under it and the filler is never taken for a logprob.
     """
 
     def __init__(self, items: Sequence[TrainItem], device: torch.device, pad_id: int = 0) -> None:
@@ -78,7 +95,7 @@ class PaddedBatch:
         self.input_ids = torch.full((b, length), pad_id, dtype=torch.long)  # (B, L)
         self.attention_mask = torch.zeros(b, length, dtype=torch.long)  # (B, L)
         self.mask = torch.zeros(b, r, dtype=torch.long)  # (B, R) sampled tokens
-        self.rollout_logp = torch.zeros(b, r, dtype=torch.float32)  # (B, R)
+        self.rollout_logp = torch.zeros(b, r, dtype=torch.float32)  # (B, R) real where mask == 1
         self.resp_ids = torch.zeros(b, r, dtype=torch.long)  # (B, R)
         self.gather_pos = torch.zeros(b, r, dtype=torch.long)  # (B, R) logits position predicting each token
         for i, s in enumerate(segs):
@@ -89,7 +106,44 @@ class PaddedBatch:
             if n:
                 self.resp_ids[i, :n] = torch.tensor(s.response_ids)
                 self.mask[i, :n] = torch.tensor(s.response_mask)
-                self.rollout_logp[i, :n] = torch.tensor([lp if lp is not None else 0.0 for lp in s.response_logprobs])
+                self.rollout_logp[i, :n] = torch.tensor([0.0 if lp is None else lp for lp in s.response_logprobs])
                 self.gather_pos[i, :n] = torch.arange(n) + len(s.prompt_ids) - 1
         for name in ("input_ids", "attention_mask", "mask", "rollout_logp", "resp_ids", "gather_pos"):
             setattr(self, name, getattr(self, name).to(device))
+
+
+def with_rollout_logprobs(
+    items: Sequence[TrainItem], rollout_logprobs: Sequence[Sequence[float | None]]
+) -> list[TrainItem]:
+    """``items`` with their segments' engine logprobs replaced, each segment validated again (so a
+    ``None`` at a sampled token or a list of the wrong length is refused, as on recording)."""
+    if len(rollout_logprobs) != len(items):
+        raise ValueError(f"rollout_logprobs has {len(rollout_logprobs)} rows for {len(items)} items; pass one per item")
+    out = []
+    for i, (it, lp) in enumerate(zip(items, rollout_logprobs, strict=True)):
+        try:
+            seg = Segment.model_validate({**it.segment.model_dump(), "response_logprobs": list(lp)})
+        except ValueError as exc:
+            raise ValueError(f"rollout_logprobs[{i}] does not fit item {i}'s segment: {exc}") from exc
+        out.append(it.model_copy(update={"segment": seg}))
+    return out
+
+
+def check_old_logprobs(items: Sequence[TrainItem], old_logprobs: Sequence[Sequence[float]]) -> None:
+    """One π_old value for every response position of every item (what :meth:`lego.conductor.trainer.Trainer.recompute` returns)."""
+    if len(old_logprobs) != len(items):
+        raise ValueError(f"old_logprobs has {len(old_logprobs)} rows for {len(items)} items; pass one per item")
+    for i, (it, row) in enumerate(zip(items, old_logprobs, strict=True)):
+        if len(row) != len(it.segment.response_ids):
+            raise ValueError(
+                f"old_logprobs[{i}] has {len(row)} values for {len(it.segment.response_ids)} response tokens; "
+                "pass one per response position (Trainer.recompute gives exactly that)"
+            )
+
+
+def padded_rows(rows: Sequence[Sequence[float]], chunk: list[int], like: torch.Tensor) -> torch.Tensor:
+    """The rows of ``chunk`` as a right-padded tensor shaped like ``like`` (padding is under mask 0)."""
+    out = torch.zeros_like(like)
+    for r, i in enumerate(chunk):
+        out[r, : len(rows[i])] = torch.tensor(list(rows[i]), dtype=like.dtype)
+    return out

@@ -26,7 +26,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, items, cfg, out: s
         trainer = Trainer(model_dir, cfg, device="cpu")
         metrics = trainer.compute_gradients(items)
         grads = {n: p.grad.full_tensor() for n, p in trainer.model.named_parameters()}
-        norm = trainer._clip_and_step()
+        norm = trainer.apply_gradients()
         trainer.step_count = 1
         weights = {k: v.clone() for k, v in trainer.engine_state_dict().items()}
         trainer.save(run_dir)  # every rank: weights and optimizer state are gathered
@@ -47,7 +47,7 @@ def test_two_gloo_ranks_match_one_process(model_dir, items, make_config, tmp_pat
     single = Trainer(model_dir, cfg, device="cpu")
     m1 = single.compute_gradients(items)
     g1 = {n: p.grad.clone() for n, p in single.model.named_parameters()}
-    norm1 = single._clip_and_step()
+    norm1 = single.apply_gradients()
     w1 = single.engine_state_dict()
 
     out = str(tmp_path / "rank0.pt")

@@ -108,7 +108,12 @@ def test_items_from_trajectories_drops_infra_failures(items):
         trajectory_id="t1", session_id="s", harness="h", reward=1.0, segments=[items[0].segment, items[1].segment]
     )
     bad = Trajectory(
-        trajectory_id="t2", session_id="s", segments=[items[2].segment], termination="env_error", reward=0.0
+        trajectory_id="t2",
+        session_id="s",
+        segments=[items[2].segment],
+        termination="env_error",
+        cause="infrastructure",
+        reward=0.0,
     )
     out = items_from_trajectories([ok, bad], [0.5, 1.0])
     assert [(o.episode_id, o.advantage, o.harness) for o in out] == [("t1", 0.5, "h"), ("t1", 0.5, "h")]
@@ -124,6 +129,7 @@ def test_items_from_trajectories_drops_infra_failures(items):
         task_id="task",
         reward=0.0,
         termination="env_error",
+        cause="infrastructure",
         segments=[items[3].segment],
     )
     flat = Trajectory(trajectory_id="z", session_id="s", task_id="other", reward=1.0, segments=[items[4].segment])

@@ -42,7 +42,7 @@ def test_first_update_is_the_plain_policy_gradient(model_dir, items, make_config
         from lego.conductor.items import PaddedBatch as _MicroBatch
 
         mb = _MicroBatch(items, trainer.device)
-        logp, _ = trainer._token_logp(mb)
+        logp, _ = trainer.token_logp(mb)
         w = token_weights(mb.mask, cfg.algorithm.aggregation)
         adv = torch.tensor([it.advantage for it in items])
         (-(adv[:, None] * logp * w).sum()).backward()
