@@ -34,6 +34,7 @@ __all__ = [
     "LOG_TAIL_CHARS",
     "InstalledHarness",
     "get_harness",
+    "install_spec_of",
     "json_lines",
     "log_tail",
     "result_from_exec",
@@ -72,6 +73,13 @@ def get_harness(name: str, **options: Any) -> Harness:
     if not isinstance(harness, Harness):
         raise HarnessError(f"{name!r} does not implement the Harness protocol (name, version, prepare, run)")
     return harness
+
+
+def install_spec_of(name: str) -> InstallSpec | None:
+    """How the harness registered as ``name`` is installed; None for one that needs no install
+    (the built-in lego-agent)."""
+    cls = HARNESSES.resolve(name)
+    return cls.install_spec if isinstance(cls, type) and issubclass(cls, InstalledHarness) else None
 
 
 def log_tail(result: ExecResult, limit: int = LOG_TAIL_CHARS) -> str:

@@ -123,12 +123,12 @@ def _check_binary(name: str, argv: list[str], fix: str, required: bool = False) 
 
 def _check_harnesses() -> list[Check]:
     """One line per registered harness: built in, installed (with its pinned version), or what to run."""
-    from lego.harnesses.base import HARNESSES
+    from lego.harnesses.base import HARNESSES, install_spec_of
     from lego.harnesses.install import installed
 
     out = []
     for name in HARNESSES.names():
-        spec = getattr(HARNESSES.resolve(name), "install_spec", None)
+        spec = install_spec_of(name)
         if spec is None:
             out.append(Check(f"harness {name}", True, "built in"))
             continue

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from lego.harnesses.base import HARNESSES
+from lego.harnesses.base import HARNESSES, install_spec_of
 from lego.harnesses.install import InstallSpec, harnesses_root, install, installed
 from lego.harnesses.intercept import MITM_SPEC, Interceptor
 
@@ -23,8 +23,7 @@ def _spec(name: str) -> InstallSpec | None:
     ``mitmproxy`` (interception mode, :mod:`lego.harnesses.intercept`) installs the same way."""
     if name == Interceptor.name:
         return MITM_SPEC
-    spec = getattr(HARNESSES.resolve(name), "install_spec", None)
-    return spec if isinstance(spec, InstallSpec) else None
+    return install_spec_of(name)
 
 
 @click.group("harness")
