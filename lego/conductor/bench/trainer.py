@@ -8,7 +8,10 @@ same number of torch threads:
 * **TRL**: ``GRPOTrainer`` with ``importance_sampling_level="sequence"`` (GSPO), ``loss_type="grpo"``
   (each sequence's token mean, then the mean over sequences: lego's ``seq-mean-token-mean``),
   GSPO's clip (3e-4 / 4e-4), ``beta=0`` (no reference model), ``num_iterations=1``, no vLLM,
-  rewards scaled per group, generation with ``model.generate`` on the training model.
+  rewards scaled per group, generation with ``model.generate`` on the training model. Its
+  generation time is taken by wrapping the instance's private ``_generate``: TRL exposes that
+  timing to no callback or log (only to wandb/mlflow/trackio), and the patch stays on this one
+  trainer object.
 * **lego**: :class:`lego.conductor.single_turn.SingleTurnLoop` — every completion is a real HTTP request to
   a :class:`~lego.proxies.server.ProxyServer` session in front of a ``TransformersEngine``; the
   recorded segments go to ``Trainer.step`` (recompute, fidelity, GSPO loss, AdamW); then
@@ -170,7 +173,11 @@ def run_trl(model_path: Path, spec: dict[str, Any], prompts: list[list[dict[str,
             callbacks=[Clock()],
         )
         trainer.remove_callback(PrinterCallback)  # it prints log dicts to stdout, where our JSON goes
-        generate = trainer._generate  # instrumentation: time TRL's generation share of each step
+        # Instrumentation, local to this bench's own trainer instance: TRL reports the generation
+        # share of a step to no callback or log key (its profiling_context writes only to wandb,
+        # mlflow or trackio), so the instance's private _generate is wrapped to time it and count
+        # completion tokens. Nothing else in lego touches TRL; if TRL renames it, this lookup fails.
+        generate = trainer._generate
 
         def timed_generate(batch_prompts: list[Any]) -> Any:
             t0 = time.perf_counter()
@@ -264,11 +271,9 @@ def run_lego(
 def recompute_vs_forward(trainer: Any, items: list[Any], reps: int = 5) -> dict[str, Any]:
     """Tokens/s of ``trainer.recompute(items)`` and of a bare forward pass over the same padded
     micro-batches (best of ``reps``, alternating, after one warm-up of each)."""
-    from lego.conductor.items import PaddedBatch
 
     model = trainer.model
-    chunks = trainer._chunks(len(items))
-    batches = [PaddedBatch([items[i] for i in c], trainer.device) for c in chunks]
+    batches = trainer.micro_batches(items)  # the same padded micro-batches recompute runs
     tokens = sum(len(it.segment.prompt_ids) + len(it.segment.response_ids) for it in items)
 
     @torch.no_grad()
