@@ -213,7 +213,7 @@ def test_weight_swap_waits_for_the_running_batch_and_applies_to_later_requests(t
         while engine.stats["generated_tokens"] < 3:
             await asyncio.sleep(0.005)
         swap = asyncio.create_task(asyncio.to_thread(engine.load_weights, {}))
-        while not engine._pause_requests:
+        while not engine.scheduler.pausing:
             await asyncio.sleep(0.001)
         late = asyncio.create_task(engine.generate(prompts[1], SamplingParams(max_tokens=5, seed=1)))
         return await asyncio.gather(long, swap, late)

@@ -1,0 +1,171 @@
+"""The in-process engine's decode loop: prefill a batch, sample step by step, let rows leave and join.
+
+Rows are left-padded (an attention mask and explicit position ids make the padding invisible, so a
+row's result never depends on its batch). Finished rows leave the batch and the KV cache; requests
+that arrive meanwhile are prefilled on their own and merged in (``lego.engines.batching``), unless
+a weight swap is waiting: then the batch drains and ends. With a shared prefix cached
+(``lego.engines.prefix_cache``) a batch prefills only what follows it: row layout
+``[prefix][left pad][suffix]``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lego.engines.batching import PendingRequest, can_merge, merge_caches
+from lego.engines.prefix_cache import CachedPrefix, PrefixCache
+from lego.engines.sampling import RowSampler
+from lego.engines.scheduler import BatchScheduler
+from lego.types import Generation
+
+__all__ = ["Decoder"]
+
+Prefilled = tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]  # (logits (B, V), mask, next positions, cache)
+
+
+class Decoder:
+    """Runs batches of requests on ``model`` (the worker thread calls :meth:`run` under the lock)."""
+
+    def __init__(
+        self,
+        model: Any,
+        pad_token_id: int,
+        eos_token_ids: list[int],
+        prefix_cache: PrefixCache,
+        version: Callable[[], int],
+        stats: dict[str, int],
+    ) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = eos_token_ids
+        self.prefix_cache = prefix_cache
+        self.version = version
+        self.stats = stats
+        self.stats.update(generated_tokens=0, joined_mid_batch=0)
+        self.cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_kwarg: cache},
+        )
+        return out.logits[:, -1, :].float()  # (B, V)
+
+    def prefill(self, requests: list[PendingRequest]) -> Prefilled:
+        """Left-pad ``requests`` into one batch and run the prompt (after the cached prefix, if any)."""
+        from transformers import DynamicCache
+
+        prompts = [r.prompt_ids for r in requests]
+        prefix = self.prefix_cache.lookup(prompts, self.model, self.cache_kwarg, self.version())
+        if prefix is not None:
+            return self._prefill_after(prefix, prompts)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: every row's last prompt token sits in the last column
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
+        cache = DynamicCache()
+        logits = self.forward(ids, mask, positions, cache)
+        return logits, mask, positions[:, -1:] + 1, cache
+
+    def _prefill_after(self, prefix: CachedPrefix, prompts: list[list[int]]) -> Prefilled:
+        """Prefill for prompts that all extend ``prefix``: only the suffixes run through the model."""
+        from transformers import DynamicCache
+
+        dev, n, b = self.device, len(prefix.ids), len(prompts)
+        suffixes = [p[n:] for p in prompts]
+        width = max(len(s) for s in suffixes)
+        ids = torch.full((b, width), self.pad_token_id, dtype=torch.long)
+        tail = torch.zeros((b, width), dtype=torch.long)
+        for i, suffix in enumerate(suffixes):
+            ids[i, width - len(suffix) :] = torch.tensor(suffix)
+            tail[i, width - len(suffix) :] = 1
+        positions = (n + tail.cumsum(-1) - 1).clamp(min=n)
+        mask = torch.cat([torch.ones((b, n), dtype=torch.long), tail], dim=-1)
+        ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
+        cache = DynamicCache()
+        for layer, (keys, values) in enumerate(prefix.layers):
+            cache.update(keys.expand(b, -1, -1, -1).contiguous(), values.expand(b, -1, -1, -1).contiguous(), layer)
+        logits = self.forward(ids, mask, positions, cache)
+        self.stats["prefix_hits"] += b
+        self.stats["prefix_tokens_saved"] += b * n
+        return logits, mask, positions[:, -1:] + 1, cache
+
+    def run(self, batch: list[PendingRequest], scheduler: BatchScheduler) -> None:
+        """Decode ``batch`` step by step, resolving each request as soon as it is done."""
+        version = self.version()
+        dev = self.device
+        for r in batch:
+            r.started_at = time.perf_counter()
+        logits, mask, next_pos, cache = self.prefill(batch)
+        samplers = [RowSampler(r.sampling, r.seed, self.eos_token_ids, dev) for r in batch]
+        active = list(range(len(batch)))  # batch rows still generating, in cache order
+        while active:
+            tokens, logps = RowSampler.sample_rows([samplers[i] for i in active], logits)
+            keep: list[int] = []
+            for row, (i, tok, lp) in enumerate(zip(active, tokens, logps, strict=True)):
+                r = batch[i]
+                r.token_ids.append(tok)
+                r.logprobs.append(lp)
+                self.stats["generated_tokens"] += 1
+                reason = "stop" if samplers[i].is_stop(tok) else "length" if len(r.token_ids) >= r.max_tokens else None
+                if r.future.cancelled():
+                    continue
+                if reason is None:
+                    keep.append(row)
+                    continue
+                r.resolve(
+                    Generation(
+                        token_ids=r.token_ids,
+                        logprobs=r.logprobs,
+                        finish_reason=reason,
+                        policy_version=version,
+                        prompt_tokens=len(r.prompt_ids),
+                        engine_time_s=time.perf_counter() - r.started_at,
+                    )
+                )
+            if not keep:
+                break
+            step_ids = torch.tensor([[tokens[row]] for row in keep], device=dev)  # (B', 1)
+            if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
+                index = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(index)
+                mask, next_pos = mask[index], next_pos[index]
+            active = [active[row] for row in keep]
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=-1)
+            logits = self.forward(step_ids, mask, next_pos, cache)
+            next_pos = next_pos + 1
+            room = scheduler.max_batch_size - len(active)
+            if room > 0 and not scheduler.pausing and can_merge(cache):
+                joining = scheduler.take_waiting(room)
+                if joining:
+                    for r in joining:
+                        r.started_at = time.perf_counter()
+                    new_logits, new_mask, new_pos, new_cache = self.prefill(joining)
+                    width = max(mask.shape[1], new_mask.shape[1])
+                    merge_caches(cache, new_cache, width - mask.shape[1], width - new_mask.shape[1])
+                    mask = torch.cat(
+                        [F.pad(mask, (width - mask.shape[1], 0)), F.pad(new_mask, (width - new_mask.shape[1], 0))]
+                    )
+                    next_pos = torch.cat([next_pos, new_pos])
+                    logits = torch.cat([logits, new_logits])
+                    for r in joining:
+                        batch.append(r)
+                        samplers.append(RowSampler(r.sampling, r.seed, self.eos_token_ids, dev))
+                        active.append(len(batch) - 1)
+                    self.stats["joined_mid_batch"] += len(joining)
+                    self.stats["max_batch_size_seen"] = max(self.stats["max_batch_size_seen"], len(active))
