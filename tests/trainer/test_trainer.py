@@ -3,6 +3,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lego.algos import PEARSON
+from lego.conductor.items import PaddedBatch
 from lego.conductor.trainer import Trainer, TrainItem, items_from_trajectories
 from lego.errors import FidelityError
 from lego.types import Trajectory
@@ -90,6 +91,32 @@ def test_rollout_logprobs_override(model_dir, items, make_config):
     shifted = [[(lp - 0.5) if lp is not None else None for lp in it.segment.response_logprobs] for it in items]
     m = trainer.step(items, rollout_logprobs=shifted)
     assert m["rollout_corr/kl"] == pytest.approx(-0.5, abs=1e-4)
+
+
+def test_a_missing_logprob_is_refused_at_every_hop_never_read_as_zero(model_dir, items, make_config):
+    """ "No logprob" is None on a segment and nowhere a number: an override that leaves a sampled
+    token without one, or a π_old row that is short, names the row instead of padding it with 0."""
+    trainer = Trainer(model_dir, make_config())
+    holes = [list(it.segment.response_logprobs) for it in items]
+    sampled = items[1].segment.response_mask.index(1)
+    holes[1][sampled] = None
+    with pytest.raises(ValueError, match=rf"(?s)rollout_logprobs\[1\] .*response token {sampled} is marked sampled"):
+        trainer.step(items, rollout_logprobs=holes)
+    short = trainer.recompute(items)
+    short[2] = []
+    with pytest.raises(ValueError, match=r"old_logprobs\[2\] has 0 values for \d+ response tokens"):
+        trainer.step(items, old_logprobs=short)
+    assert trainer.step_count == 0
+
+
+def test_padded_batch_holds_the_recorded_logprob_under_the_mask(items):
+    mb = PaddedBatch(items[:3], torch.device("cpu"))
+    for row, it in enumerate(items[:3]):
+        seg = it.segment
+        for j, (m, lp) in enumerate(zip(seg.response_mask, seg.response_logprobs, strict=True)):
+            assert mb.mask[row, j] == m
+            if m:
+                assert mb.rollout_logp[row, j].item() == pytest.approx(lp, abs=1e-6)
 
 
 def test_tis_and_kl_options_run(model_dir, items, make_config):
