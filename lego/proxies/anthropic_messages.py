@@ -38,8 +38,8 @@ class AnthropicMessage(BaseModel):
     content: str | list[dict[str, Any]]
 
 
-# Fields that change nothing the policy samples: accepted as is.
-ADVISORY_FIELDS = frozenset({"service_tier"})
+# Fields that change nothing the policy samples (capacity, region, speed, prompt-caching hints): accepted as is.
+ADVISORY_FIELDS = frozenset({"service_tier", "cache_control", "inference_geo", "speed"})
 # Per-tool fields that change nothing the policy sees (prompt-caching hints).
 _ADVISORY_TOOL_FIELDS = frozenset({"cache_control"})
 
@@ -63,6 +63,7 @@ class MessagesRequest(BaseModel):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
 
 
 def _tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]]:
@@ -180,6 +181,8 @@ def to_chat_request(req: MessagesRequest) -> ChatRequest:
         raise refuse(
             "thinking", "extended-thinking budgets are not enforced; whether the policy thinks is its template's choice"
         )
+    if req.output_config and any(v is not None for v in req.output_config.values()):
+        raise refuse("output_config", "output formats and effort levels are not enforced by this proxy")
     messages: list[dict[str, Any]] = []
     if req.system:
         messages.append({"role": "system", "content": text_of_parts(req.system, "system")})

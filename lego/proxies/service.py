@@ -341,7 +341,7 @@ class ProxyService:
             self._check_open(s)  # sealed while the engine ran: the episode is over, record nothing
             gen, stop_hit = self._apply_stop(gen, req.stop)
             if wanted is not None or not req.parallel_tool_calls:
-                gen, _ = self._apply_stop(gen, [_CALL_CLOSE])  # one call: the turn ends after it
+                gen = self._end_after_first_call(gen)
             s.calls += 1
             parsed = self.chat.parse(forced_ids + gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}")
             message = self.chat.to_message(parsed)
@@ -439,6 +439,17 @@ class ProxyService:
             "engine",
             code="tool_choice_unsatisfied",
             retry_after=1,
+        )
+
+    def _end_after_first_call(self, gen: Generation) -> Generation:
+        """Keep the sampled ids up to and including the token that closes the first tool call
+        (a prefix of what was sampled, so ids and logprobs stay exact): one call per turn."""
+        cut, hit = self._apply_stop(gen, [_CALL_CLOSE])  # cut just before the closing token
+        if hit is None:
+            return gen
+        n = len(cut.token_ids) + 1
+        return gen.model_copy(
+            update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"}
         )
 
     def _token_logprobs(self, gen: Generation) -> list[tuple[str, float]]:
