@@ -72,3 +72,18 @@ def test_lego_proxy_prints_urls_serves_and_stops_on_signal(
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_lego_proxy_refuses_a_non_loopback_bind_without_an_api_key(tiny_model_dir: Path) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "lego.conductor.cli.main",
+        "proxy",
+        "--model",
+        str(tiny_model_dir),
+        "--host",
+        "0.0.0.0",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--api-key" in done.stderr

@@ -92,6 +92,13 @@ def proxy(
     strict: bool,
 ) -> None:
     """Serve MODEL behind OpenAI chat, Anthropic messages and OpenAI responses endpoints."""
+    from lego.proxies.server import is_loopback
+
+    if uds is None and not is_loopback(host) and not api_key:
+        raise click.UsageError(
+            f"--host {host} is not a loopback address: anyone who can reach it could use the policy; "
+            "pass --api-key KEY (clients send it as their API key), or bind 127.0.0.1"
+        )
     from lego.engines import build_engine
     from lego.models.chat import ChatFormat
     from lego.models.tiny import resolve_model
