@@ -38,7 +38,6 @@ The returned ``metrics`` are plain floats averaged over this call's mask-1 token
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 

@@ -124,16 +124,16 @@ def test_loss_inputs_reject_a_misspelt_or_misshaped_input():
     t = torch.zeros(2, 3)
     with pytest.raises(TypeError, match="rollout_logprobs"):
         LossInputs(logp=t, old_logp=t, advantages=torch.zeros(2), mask=t, rollout_logprobs=t)  # type: ignore[call-arg]
-    with pytest.raises(ValueError, match="LossInputs.ref_logp has shape"):
+    with pytest.raises(ValueError, match=r"LossInputs\.ref_logp has shape"):
         LossInputs(logp=t, old_logp=t, advantages=torch.zeros(2), mask=t, ref_logp=torch.zeros(2, 4))
-    with pytest.raises(ValueError, match="LossInputs.advantages has shape"):
+    with pytest.raises(ValueError, match=r"LossInputs\.advantages has shape"):
         LossInputs(logp=t, old_logp=t, advantages=torch.zeros(2, 3), mask=t)
 
 
 def test_a_switched_on_term_without_its_input_says_which():
     t = torch.zeros(1, 2)
     inputs = LossInputs(logp=t, old_logp=t, advantages=torch.zeros(1), mask=torch.ones(1, 2))
-    with pytest.raises(ValueError, match="tis_cap is set but LossInputs.rollout_logp is None"):
+    with pytest.raises(ValueError, match=r"tis_cap is set but LossInputs\.rollout_logp is None"):
         gspo_policy_loss(inputs, _cfg(tis_cap=2.0))
-    with pytest.raises(ValueError, match="kl_coef > 0 but LossInputs.ref_logp is None"):
+    with pytest.raises(ValueError, match=r"kl_coef > 0 but LossInputs\.ref_logp is None"):
         gspo_policy_loss(inputs, _cfg(kl_coef=0.1))

@@ -6,7 +6,14 @@ vocabulary) stands in for the model so gradients are real and cheap.
 
 import torch
 
-from lego.algos import LossInputs, episode_log_ratio, group_advantages, gspo_policy_loss, token_policy_loss, token_weights
+from lego.algos import (
+    LossInputs,
+    episode_log_ratio,
+    group_advantages,
+    gspo_policy_loss,
+    token_policy_loss,
+    token_weights,
+)
 from lego.config import AlgorithmConfig
 
 GSPO = AlgorithmConfig()
