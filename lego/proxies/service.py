@@ -44,6 +44,7 @@ __all__ = ["ChatFormatLike", "ChatRequest", "ChatResult", "ProxyService", "Sessi
 
 Message = dict[str, Any]
 _CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
+_FORCEABLE = ("hermes", "qwen3_coder")  # tool-call formats whose call opening the proxy can force
 
 
 class ChatFormatLike(ChatTemplate, Protocol):
@@ -379,8 +380,21 @@ class ProxyService:
         tool is ``""`` for "any declared tool", None when nothing is forced. An assistant prefill
         is forced the same way. Anything else that would force a call is refused with a 400."""
         tc = req.tool_choice
+        fmt = self.chat.tool_call_format
+        if not req.parallel_tool_calls and req.tools and fmt not in _FORCEABLE:
+            raise ApiError(
+                400,
+                f"parallel_tool_calls=false cannot be enforced for the {fmt!r} tool-call format (only {_FORCEABLE})",
+                param="parallel_tool_calls",
+            )
         if tc in (None, "auto", "none"):
             return req.prefill, None
+        if fmt not in _FORCEABLE:
+            raise ApiError(
+                400,
+                f"tool_choice {tc!r} cannot be enforced for the {fmt!r} tool-call format (only {_FORCEABLE}); use 'auto'",
+                param="tool_choice",
+            )
         names = [str(t["function"]["name"]) for t in req.tools]
         if not names:
             raise ApiError(400, f"tool_choice {tc!r} needs at least one tool in 'tools'", param="tool_choice")
@@ -407,7 +421,7 @@ class ProxyService:
                 f"unsupported tool_choice {tc!r}; use 'auto', 'none', 'required' or a named function",
                 param="tool_choice",
             )
-        coder = self.chat.tool_call_format == "qwen3_coder"
+        coder = fmt == "qwen3_coder"
         if not wanted:
             return (_CALL_OPEN + "\n<function=") if coder else (_CALL_OPEN + '\n{"name": "'), ""
         if coder:

@@ -321,3 +321,14 @@ def test_unknown_session_404_says_strict_only_when_strict(tiny_engine: Any, chat
             r = httpx.get(f"{srv.root_url}/s/ghost/trajectory")
             assert r.status_code == 404
             assert ("strict mode" in r.json()["error"]["message"]) is strict
+
+
+def test_tool_choice_is_refused_where_the_tool_call_format_cannot_be_forced(tiny_engine: Any, chat_format: Any) -> None:
+    from lego.models.chat import ChatFormat
+
+    llama = ChatFormat(chat_format.tokenizer, tool_parser="llama3_json")
+    with ProxyServer(tiny_engine, llama, ProxyConfig(port=0)) as srv:
+        for extra in ({"tool_choice": "required"}, {"parallel_tool_calls": False}):
+            with pytest.raises(openai.BadRequestError) as err:
+                oai(srv).chat.completions.create(model="m", messages=USER, tools=[BASH], max_tokens=4, **extra)
+            assert err.value.body["param"] == next(iter(extra))
