@@ -18,8 +18,8 @@ The proxy has two faces, two apps over one :class:`~lego.proxies.service.ProxySe
   its model-face token) and ``DELETE /s/{session}``. ``proxy.api_key``, when set, guards all of it.
 
 Every request is answered: a bad one gets the calling API's own error shape and status (400
-invalid request, 401 bad key, 404 unknown session, 413 body too large, 502/503 engine failures
-with ``retry-after``), and the server keeps serving. While a generation runs the app watches the
+invalid request, 401 bad key, 404 unknown session or route, 405 wrong method, 413 body too large,
+502/503 engine failures with ``retry-after``), never ``text/plain``, and the server keeps serving. While a generation runs the app watches the
 connection; if the client goes away the generation task is cancelled and nothing is recorded. A
 stream starts after the generation has finished, so errors keep their real status.
 """
