@@ -2,35 +2,64 @@
 
 One container per rollout, from an image per task: ``task.image`` (SWE-bench instance images by
 their standard names, ``swebench/sweb.eval.x86_64.<id>:latest``), else an image built from
-``task.dockerfile`` (tagged ``lego-task:<hash>``), else ``SandboxConfig.docker_image``.
+``task.dockerfile`` (tagged ``lego-task:<hash>``), else ``SandboxConfig.docker_image``. The image
+must ship ``setpriv`` (util-linux), ``timeout`` (coreutils), git, and socat when a proxy is used.
 
-* Repo: a task with a local ``repo_path`` gets a copy of its pristine, history-stripped template
-  bound at ``/repo`` (exactly as the local backend). A task that only has an image keeps its repo in
-  the image (``task.metadata["repo_dir"]``, default ``/testbed``); lego strips its history inside
-  the container before the agent starts (reflog expired, remotes and other refs deleted, ``gc
-  --prune=now``) and verifies it. Diffs of bound repos are taken against a read-only copy of the
-  pristine ``.git``; diffs of image repos against the recorded base commit.
-* Network: ``network_mode="none"``. When a proxy socket is given it is bind-mounted at
-  ``/run/lego/proxy.sock`` and the container's init is ``socat TCP-LISTEN:<port>,bind=127.0.0.1,fork
-  UNIX-CONNECT:/run/lego/proxy.sock``, the same bridge as the local backend (the image must ship
-  socat).
-* Runtime: lego's Python task runtime and the caller's ``ro_binds`` are mounted read-only at their
-  host paths; the runtime's ``bin`` is appended to the image's PATH (the image's own Python wins).
-* Identity: a task with a local repo runs as uid/gid 1000 (its copy is chowned to it when lego is
-  root) with every capability dropped; an image repo is owned by the image's root, so such a
-  container keeps CHOWN, DAC_OVERRIDE and FOWNER for root inside (Docker maps it to host root
-  unless the engine uses userns-remap). ``no-new-privileges`` everywhere; /proc/sys read-only as
-  Docker mounts it.
-* Limits: ``mem_limit`` (``memory_budget_mb``, which covers the tmpfs pages too), ``pids_limit``
-  (max_processes), RLIMIT_CPU via ulimits; /tmp, /var/tmp and HOME are tmpfs capped at
-  ``disk_mb`` each (the bound repo is not: it lives on the host disk; use the local backend for a
-  disk budget that covers the repo); each exec runs under ``timeout -s KILL`` (its whole process
-  group dies) with a host-side backstop that kills the container's exec process;
-  :meth:`DockerSandbox.kill_agent_processes` kills every process but the container's init.
+Threat model: as the local backend's (:mod:`lego.sandboxes.local`): the agent is adversarial and
+runs arbitrary code as uid 1000. Each property below has a test in tests/sandboxes/test_docker.py,
+and the red-team suite (tests/redteam) runs its backend-dependent attacks on this backend too.
+
+* Identity: the container runs as root with every capability dropped except the few lego's own
+  commands need (chown, dac_override, dac_read_search, fowner, kill, setuid, setgid, setpcap);
+  every command of the agent's enters through ``setpriv --reuid=1000 --regid=1000 --clear-groups
+  --bounding-set=-all --inh-caps=-all --no-new-privs``, so it holds no capability in any set, cannot
+  regain one (no_new_privs; Docker's seccomp profile refuses user namespaces), and cannot signal or
+  trace the root processes (its ``timeout`` wrapper, lego's own commands). Without userns-remap the
+  container's uid 1000 is the host's uid 1000: never host root.
+* Kernel settings: /proc/sys, /proc/sysrq-trigger and /sys are read-only and Docker's masked paths
+  are masked (Docker's defaults for an unprivileged container).
+* Filesystem: the image's root file system is read-only (for a task with a local repo); the only
+  writable places are size-capped tmpfs mounts: /repo (``disk_mb``), /tmp (``disk_mb / 2``), HOME
+  (``disk_mb / 4``) and /dev/shm (``disk_mb / 8``). A write past a cap fails with ENOSPC; no byte
+  reaches the host disk. No host path is mounted but lego's Python runtime and the caller's
+  ``ro_binds`` (read-only, at their host paths: their scripts name those paths); an empty /root is
+  mounted over the image's when one of them lives below it. The repo is streamed in as a tar of
+  the task's pristine, history-stripped template (owned by uid 1000), and its pristine ``.git`` is
+  copied to /lego (root-only, mode 0700), which :meth:`DockerSandbox.diff` compares against.
+* Memory: ``mem_limit`` = ``memswap_limit`` = ``memory_budget_mb``: the container's memory cgroup
+  holds its processes and the pages of its tmpfs mounts together.
+* Processes: a private pid namespace with Docker's init (tini) as pid 1 (it reaps orphans);
+  ``pids_limit`` = ``max_processes``; RLIMIT_CPU and RLIMIT_CORE=0 via ulimits. Each exec runs
+  under ``timeout -s KILL`` (root, so the agent cannot stop it) which kills its process group at the
+  deadline; an output flood past ``OUTPUT_CAP`` or a command outliving its deadline by 10 s kills
+  every agent process. :meth:`DockerSandbox.kill_agent_processes` kills every process of uid 1000
+  (daemons included) with ``kill(-1, SIGKILL)`` from a uid-1000 child of a root loop that repeats
+  until none is left.
+* Network: ``network_mode="none"``: only ``lo``. With a proxy socket, a second container (the
+  *bridge*) joins the sandbox's network namespace only, with the socket bind-mounted at
+  ``/run/lego/proxy.sock``, and runs ``socat TCP-LISTEN:<port>,bind=127.0.0.1,fork
+  UNIX-CONNECT:/run/lego/proxy.sock`` (as the socket's owner, no capabilities): the agent reaches
+  ``http://127.0.0.1:<port>``, but the bridge lives in another pid and mount namespace, so the
+  agent can neither see, signal nor replace it, and the socket's host path appears nowhere inside.
+* Diffs: :meth:`DockerSandbox.diff` runs git in the container as root (dac_override: file modes do
+  not stop it) against the pristine ``.git`` in /lego and a throwaway index; git never follows a
+  symlink, and files that are not regular (FIFOs, sockets, devices) or larger than
+  ``DIFF_FILE_CAP`` are left out, as in the local backend.
 * Cleanup: containers carry the labels ``lego.sandbox=1``, ``lego.run_id`` and ``lego.task``;
   :func:`cleanup_leftovers` removes any left behind by a crashed run.
 
-Isolated as well as Docker isolates (namespaces, cgroups, seccomp): not against kernel exploits.
+Not isolated:
+  * the kernel (shared with the host: Docker isolates with namespaces, cgroups and seccomp; use a VM
+    for hostile code that may carry a kernel exploit);
+  * a task that only has an image keeps its repo in the image (``task.metadata["repo_dir"]``,
+    default ``/testbed``): that container's root file system stays writable (the repo lives in it),
+    so its writes land in Docker's storage on the host disk, bounded only where the storage driver
+    supports ``storage_opt`` size; lego strips the repo's history inside the container before the
+    agent starts (reflog expired, remotes and other refs deleted, ``gc --prune=now``), verifies it,
+    and hands the repo to uid 1000;
+  * the total of the tmpfs caps is ``1.875 * disk_mb`` (Docker gives each mount its own file
+    system); the memory budget bounds them together;
+  * uid 1000 has no /etc/passwd entry unless the image has one.
 """
 
 from __future__ import annotations
@@ -38,11 +67,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import os
-import shutil
+import select
+import socket
+import struct
 import tarfile
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -51,23 +80,80 @@ from typing import Any
 
 from lego.config import SandboxConfig
 from lego.errors import SandboxError
-from lego.sandboxes.base import pristine_template, sandbox_id, template_info
+from lego.sandboxes.base import OUTPUT_CAP, pristine_template, sandbox_id, template_info
+from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR
+from lego.sandboxes.local import DIFF_FILE_CAP
 from lego.sandboxes.runtime import python_runtime
 from lego.types import ExecResult, Task
 
 __all__ = ["LABEL", "DockerSandbox", "cleanup_leftovers", "docker_client", "new_run_id"]
 
 LABEL = "lego.sandbox"
-_AGENT = "1000:1000"
-_HOME = "/home/agent"
 _SOCK = "/run/lego/proxy.sock"
-_BASE_GIT = "/lego/base.git"
+_LEGO = "/lego"
+_BASE_GIT = f"{_LEGO}/base.git"
+_ROOT_CAPS = ["CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "KILL", "SETUID", "SETGID", "SETPCAP"]
+_AS_AGENT = [
+    "setpriv",
+    f"--reuid={AGENT_UID}",
+    f"--regid={AGENT_UID}",
+    "--clear-groups",
+    "--bounding-set=-all",
+    "--inh-caps=-all",
+    "--no-new-privs",
+    "--",
+]
+_DIFF_OUTPUT_CAP = 64 * 1024 * 1024
 _STRIP = (
     'set -e; cd "$1"; git remote | xargs -r -n1 git remote remove; '
     "git for-each-ref --format='%(refname)' | grep -v \"^$(git symbolic-ref -q HEAD || echo NONE)$\" "
     "| xargs -r -n1 git update-ref -d; git stash clear; git reflog expire --expire=now --all; "
     "rm -f .git/ORIG_HEAD .git/FETCH_HEAD .git/packed-refs.lock; git gc -q --prune=now"
 )
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_COUNT": "4",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+    "GIT_CONFIG_KEY_2": "core.untrackedCache",
+    "GIT_CONFIG_VALUE_2": "false",
+    "GIT_CONFIG_KEY_3": "safe.directory",
+    "GIT_CONFIG_VALUE_3": "*",
+}
+# Runs as root with lego's runtime python: until no live process of the agent's uid is left, a
+# child that became that uid sends kill(-1, SIGKILL), which the kernel applies to all of them at
+# once (a fork cannot complete during it), sparing only the sender.
+_KILL_ALL = f"""
+import os, sys, time
+def alive():
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{{p}}/status") as f:
+                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
+        except (OSError, ValueError):
+            continue
+        if fields.get("Uid", "").split()[:1] == ["{AGENT_UID}"] and fields.get("State", "").split()[:1] != ["Z"]:
+            return True
+    return False
+deadline = time.monotonic() + 20
+while alive():
+    if time.monotonic() > deadline:
+        sys.exit("processes of uid {AGENT_UID} survived 20 s of SIGKILL")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid({AGENT_UID})
+            os.setuid({AGENT_UID})
+            os.kill(-1, 9)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.005)
+"""
 
 
 def docker_client() -> Any:
@@ -91,6 +177,18 @@ def _ulimit(name: str, value: int) -> Any:
     from docker.types import Ulimit
 
     return Ulimit(name=name, soft=value, hard=value)
+
+
+def _bind(path: str | Path, target: str, *, read_only: bool = True) -> Any:
+    from docker.types import Mount
+
+    return Mount(target=target, source=str(path), type="bind", read_only=read_only)
+
+
+def _tmpfs(target: str, mb: int, mode: int) -> Any:
+    from docker.types import Mount
+
+    return Mount(target=target, source=None, type="tmpfs", tmpfs_size=max(mb, 1) << 20, tmpfs_mode=mode)
 
 
 def _image_for(client: Any, task: Task, cfg: SandboxConfig) -> str:
@@ -124,8 +222,47 @@ def _image_for(client: Any, task: Task, cfg: SandboxConfig) -> str:
     return name
 
 
+def _repo_tar(template: Path) -> bytes:
+    """The template as a tar whose every entry belongs to the agent (symlinks stored as links)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+
+        def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = AGENT_UID
+            info.uname = info.gname = ""
+            return info
+
+        for entry in sorted(template.iterdir()):
+            tar.add(entry, arcname=entry.name, filter=own)
+    return buf.getvalue()
+
+
+class _Frames:
+    """Demultiplexes a Docker exec's raw stream (8-byte headers: stream id, size) with a cap."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.overflow = cap, False
+        self.buf = bytearray()
+        self.streams = {1: bytearray(), 2: bytearray()}
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        while len(self.buf) >= 8:
+            kind, size = self.buf[0], struct.unpack(">I", self.buf[4:8])[0]
+            if len(self.buf) < 8 + size:
+                return
+            data = bytes(self.buf[8 : 8 + size])
+            del self.buf[: 8 + size]
+            out = self.streams.get(kind)
+            if out is None:
+                continue
+            room = self.cap - len(out)
+            out += data[: max(room, 0)]
+            self.overflow = self.overflow or len(data) > room
+
+
 class DockerSandbox:
-    """One container per rollout (see module doc)."""
+    """One container per rollout, plus one bridge container when a proxy is given (see module doc)."""
 
     def __init__(
         self,
@@ -141,113 +278,257 @@ class DockerSandbox:
         self.cfg, self.task, self.isolated = cfg, task, True
         self.client = client or docker_client()
         self.id = sandbox_id()
-        self.host_dir = Path(tempfile.mkdtemp(prefix=f"lego-docker-{self.id}-"))
         self.container: Any = None
+        self.bridge: Any = None
         self._closed = False
         self.proxy_port: int | None = None
+        self._labels = {LABEL: "1", "lego.run_id": run_id, "lego.task": task.instance_id}
         try:
             image = _image_for(self.client, task, cfg)
-            runtime = python_runtime()
-            self.runtime = runtime
-            volumes: dict[str, dict[str, str]] = {
-                str(p): {"bind": str(p), "mode": "ro"} for p in (*runtime.binds, *ro_binds)
-            }
+            self.runtime = python_runtime()
+            binds = [Path(p) for p in (*self.runtime.binds, *ro_binds)]
+            for p in binds:
+                if not p.exists():
+                    raise SandboxError(f"read-only bind {p} does not exist on the host; install it first")
+            mounts = [_bind(p, str(p)) for p in binds]
+            under_root = any(str(p).startswith("/root/") for p in binds)
+            if under_root:  # the image's /root is mode 0700: an empty, traversable one instead
+                mounts.append(_tmpfs("/root", 1, 0o755))
+            mounts += [
+                _tmpfs("/tmp", cfg.disk_mb // 2, 0o1777),
+                _tmpfs(AGENT_HOME, cfg.disk_mb // 4, 0o755),
+                _tmpfs(_LEGO, cfg.disk_mb, 0o700),
+            ]
             if task.repo_path:
                 self.template = pristine_template(task.repo_path)
-                self.root = self.host_dir / "repo"
-                shutil.copytree(self.template, self.root, symlinks=True)
-                self.user = _AGENT if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
-                if os.geteuid() == 0:
-                    for path in (self.root, *self.root.rglob("*")):
-                        os.lchown(path, 1000, 1000)
-                self.repo_dir = "/repo"
-                volumes[str(self.root)] = {"bind": self.repo_dir, "mode": "rw"}
-                volumes[str(self.template / ".git")] = {"bind": _BASE_GIT, "mode": "ro"}
-                self.base_commit, _ = template_info(self.template)
+                self.repo_dir = REPO_DIR
+                mounts.append(_tmpfs(REPO_DIR, cfg.disk_mb, 0o755))
             else:
-                self.root = self.host_dir
-                self.user = "0:0"
                 self.repo_dir = str(task.metadata.get("repo_dir", "/testbed"))
-                self.base_commit = ""
-            port = proxy_port or 18080
-            if proxy_uds is not None:
-                volumes[str(proxy_uds)] = {"bind": _SOCK, "mode": "rw"}
-                init = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{_SOCK}"]
-            else:
-                init = ["sleep", "infinity"]
             self.container = self.client.containers.run(
                 image,
-                command=init,
+                command=["sleep", "infinity"],
                 entrypoint=[],
+                init=True,
                 detach=True,
+                user="0:0",
                 network_mode="none",
-                labels={LABEL: "1", "lego.run_id": run_id, "lego.task": task.instance_id},
-                volumes=volumes,
-                working_dir=self.repo_dir,
-                user=self.user,
+                labels=self._labels,
+                mounts=mounts,
+                read_only=bool(task.repo_path),
+                working_dir="/",
                 mem_limit=f"{cfg.memory_budget_mb}m",
                 memswap_limit=f"{cfg.memory_budget_mb}m",
+                shm_size=f"{max(cfg.disk_mb // 8, 1)}m",
                 pids_limit=cfg.max_processes,
-                tmpfs=self._tmpfs(volumes),
                 cap_drop=["ALL"],
-                cap_add=[] if task.repo_path else ["CHOWN", "DAC_OVERRIDE", "FOWNER"],  # root owns an image repo
+                cap_add=_ROOT_CAPS,
                 security_opt=["no-new-privileges"],
                 ulimits=[_ulimit("cpu", cfg.cpu_seconds), _ulimit("core", 0)],
                 hostname="lego-sandbox",
             )
+            self.container.reload()
+            # The repo as the host sees it (through the container's init), where lego shares the
+            # engine's host with the right to read another process's root; the protocol's ``root``.
+            self.root = Path(f"/proc/{self.container.attrs['State']['Pid']}/root{self.repo_dir}")
             self._image_path = self._image_env_path()
+            self._root(
+                f"command -v setpriv >/dev/null && command -v timeout >/dev/null && command -v git >/dev/null "
+                f"|| {{ echo 'image {image} lacks setpriv, timeout or git' >&2; exit 1; }}; "
+                f"chown {AGENT_UID}:{AGENT_UID} {AGENT_HOME} && chmod 1777 /tmp && chmod 0700 {_LEGO}"
+                # Docker gives a tmpfs the mode of the image's directory below it (/root: 0700).
+                + (" && chmod 0755 /root" if under_root else "")
+            )
             if task.repo_path:
-                self.history_strip = template_info(self.template)[1]
+                self.base_commit, self.history_strip = template_info(self.template)
+                self._root(
+                    f"tar -x --same-owner -C {REPO_DIR} && chown {AGENT_UID}:{AGENT_UID} {REPO_DIR}",
+                    stdin=_repo_tar(self.template),
+                    timeout=600,
+                )
             else:
                 self.history_strip = self._strip_image_repo()
+            self._root(f'cp -a "{self.repo_dir}/.git" {_BASE_GIT}', timeout=600)
             if proxy_uds is not None:
-                self._wait_listening(port)
-                self.proxy_port = port
+                self._start_bridge(Path(proxy_uds), image, proxy_port or 18080)
         except BaseException:
             self.close()
             raise
 
-    def _tmpfs(self, volumes: dict[str, dict[str, str]]) -> dict[str, str]:
-        """Size-capped tmpfs for the temp dirs and HOME; plus an empty, traversable /root when a
-        read-only bind (lego's runtime, a harness) lives below it, since the image's /root is
-        mode 0700 and the agent is not root."""
-        out = {d: f"size={self.cfg.disk_mb}m,mode=1777,nosuid,nodev" for d in ("/tmp", "/var/tmp", _HOME)}
-        if self.user != "0:0" and any(v["bind"].startswith("/root/") for v in volumes.values()):
-            out["/root"] = "size=1m,mode=0755,nosuid,nodev"
-        return out
-
+    # ------------------------------------------------------------------ start-up
     def _image_env_path(self) -> str:
         env = self.container.attrs.get("Config", {}).get("Env") or []
         return next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), "/usr/local/bin:/usr/bin:/bin")
 
-    def _strip_image_repo(self) -> bool:
-        res = self.exec(["sh", "-c", _STRIP, "sh", self.repo_dir], timeout=300)
-        if res.exit_code != 0:
-            raise SandboxError(f"history strip inside {self.task.image} failed: {res.stderr.strip()}")
-        self.base_commit = self.exec("git rev-parse HEAD").stdout.strip()
-        check = self.exec(
-            'test $(git rev-list --all | wc -l) -eq 1 && test -z "$(git remote)" && test -z "$(git reflog)"'
-        )
-        return check.exit_code == 0
+    def _root(self, script: str, *, stdin: bytes | None = None, timeout: float = 120) -> bytes:
+        """Run ``script`` as the container's root (lego's authority); SandboxError when it fails."""
+        env = {"PATH": self._image_path, "HOME": _LEGO, "LANG": "C.UTF-8"}
+        code, out, err, _, _ = self._run(["sh", "-c", script], env=env, workdir="/", stdin=stdin, limit=timeout)
+        if code != 0:
+            raise SandboxError(
+                f"sandbox {self.id}: `{script[:120]}` failed [exit {code}]: {err.decode(errors='replace').strip()}"
+            )
+        return out
 
-    def _wait_listening(self, port: int) -> None:
+    def _strip_image_repo(self) -> bool:
+        self._root(_STRIP.replace('"$1"', f'"{self.repo_dir}"'), timeout=300)
+        self.base_commit = self._root(f'git -C "{self.repo_dir}" rev-parse HEAD').decode().strip()
+        check = self._run(
+            [
+                "sh",
+                "-c",
+                'cd "$1" && test $(git rev-list --all | wc -l) -eq 1 && test -z "$(git remote)" '
+                '&& test -z "$(git reflog)"',
+                "sh",
+                self.repo_dir,
+            ],
+            env={"PATH": self._image_path, "HOME": _LEGO},
+            workdir="/",
+            limit=120,
+        )
+        self._root(f'chown -R {AGENT_UID}:{AGENT_UID} "{self.repo_dir}"', timeout=600)
+        return check[0] == 0
+
+    def _start_bridge(self, proxy_uds: Path, image: str, port: int) -> None:
+        if not proxy_uds.exists():
+            raise SandboxError(f"proxy socket {proxy_uds} does not exist; start the proxy with a uds first")
+        st = proxy_uds.stat()
+        self.bridge = self.client.containers.run(
+            image,
+            command=["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{_SOCK}"],
+            entrypoint=[],
+            init=True,
+            detach=True,
+            user=f"{st.st_uid}:{st.st_gid}",
+            network_mode=f"container:{self.container.id}",
+            labels={**self._labels, "lego.bridge": "1"},
+            mounts=[_bind(proxy_uds, _SOCK, read_only=False)],
+            read_only=True,
+            mem_limit="128m",
+            pids_limit=256,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+        )
+        needle = f"0100007F:{port:04X}"
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if f":{port:04X} 00000000:0000 0A" in self.exec("cat /proc/net/tcp", timeout=5).stdout:
+            tcp = self._root("cat /proc/net/tcp", timeout=5).decode()
+            if any(ln.split()[1:2] == [needle] and ln.split()[3:4] == ["0A"] for ln in tcp.splitlines()[1:]):
+                self.proxy_port = port
                 return
+            self.bridge.reload()
+            if self.bridge.status not in ("created", "running"):
+                break
             time.sleep(0.05)
-        raise SandboxError(f"socat did not listen on 127.0.0.1:{port} in the container; does the image ship socat?")
+        logs = self.bridge.logs().decode(errors="replace").strip()
+        raise SandboxError(f"the proxy bridge (socat) did not listen on 127.0.0.1:{port}: {logs or 'timed out'}")
+
+    # ------------------------------------------------------------------ running commands
+    def _run(
+        self,
+        argv: list[str],
+        *,
+        env: Mapping[str, str],
+        workdir: str,
+        limit: float,
+        stdin: bytes | None = None,
+        cap: int = OUTPUT_CAP,
+    ) -> tuple[int, bytes, bytes, bool, float]:
+        """One exec as root: (exit code, stdout, stderr, overflow, wall_s). Returns once the exec's
+        process has exited and its output drained (1 s of grace for a daemon holding the stream), its
+        output passed ``cap`` or ``limit + 10`` s passed; in the last two cases every agent process
+        is killed."""
+        if self._closed or self.container is None:
+            raise SandboxError(f"sandbox {self.id} is closed; create a new one")
+        api = self.client.api
+        t0 = time.monotonic()
+        try:
+            exec_id = api.exec_create(
+                self.container.id, argv, stdin=stdin is not None, environment=dict(env), workdir=workdir, user="0:0"
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except Exception as exc:
+            raise SandboxError(f"cannot start a command in sandbox {self.id}: {exc}") from exc
+        raw = getattr(sock, "_sock", sock)
+        frames = _Frames(cap)
+        try:
+            if stdin is not None:
+                raw.sendall(stdin)
+                raw.shutdown(socket.SHUT_WR)
+            hard = t0 + limit + 10
+            exited_at: float | None = None
+            last_check = 0.0
+            while True:
+                ready, _, _ = select.select([raw], [], [], 0.2)
+                now = time.monotonic()
+                if ready:
+                    chunk = raw.recv(1 << 16)
+                    if not chunk:
+                        break
+                    frames.feed(chunk)
+                    if frames.overflow:
+                        break
+                    continue
+                if now > hard:
+                    break
+                if exited_at is None and now - last_check > 0.5:
+                    last_check = now
+                    if not api.exec_inspect(exec_id).get("Running"):
+                        exited_at = now
+                elif exited_at is not None and now - exited_at > 1.0:
+                    break
+        finally:
+            with contextlib.suppress(OSError):
+                raw.close()
+            with contextlib.suppress(Exception):
+                sock.close()
+        if frames.overflow or time.monotonic() > t0 + limit + 10:
+            self.kill_agent_processes()
+        info = api.exec_inspect(exec_id)
+        for _ in range(50):  # the exit code is recorded a moment after the stream closes
+            if not info.get("Running"):
+                break
+            time.sleep(0.1)
+            info = api.exec_inspect(exec_id)
+        code = info.get("ExitCode")
+        out, err = bytes(frames.streams[1]), bytes(frames.streams[2])
+        return int(code if code is not None else -1), out, err, frames.overflow, time.monotonic() - t0
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment every command starts from (``extra`` wins)."""
         base = {
             "PATH": f"{self._image_path}:{self.runtime.bin_dir}",
-            "HOME": _HOME,
+            "HOME": AGENT_HOME,
+            "USER": "agent",
+            "LOGNAME": "agent",
             "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
             "TERM": "dumb",
         }
         if self.proxy_port is not None:
             base["LEGO_PROXY_URL"] = f"http://127.0.0.1:{self.proxy_port}"
         return {**base, **(extra or {})}
+
+    def run_bytes(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+    ) -> tuple[int, bytes, bytes, bool, float]:
+        """:meth:`exec` with bytes in and out: (exit_code, stdout, stderr, timed_out, wall_s)."""
+        limit = timeout if timeout is not None else self.cfg.command_timeout_s
+        inner = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        wd = cwd or self.repo_dir
+        wd = wd if wd.startswith("/") else f"{self.repo_dir}/{wd}"
+        argv = ["timeout", "-s", "KILL", f"{max(limit, 0.01):.3f}", *_AS_AGENT, *inner]
+        code, out, err, overflow, wall = self._run(argv, env=self.env(env), workdir=wd, limit=limit, stdin=stdin)
+        timed_out = not overflow and ((code in (124, 137) and wall >= limit * 0.95) or wall > limit + 10)
+        if overflow:
+            err += f"\n[lego: output exceeded {OUTPUT_CAP} bytes on one stream; the command was killed]".encode()
+        return (124 if timed_out else code), out, err, timed_out, wall
 
     def exec(
         self,
@@ -256,37 +537,11 @@ class DockerSandbox:
         timeout: float | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed; create a new one")
-        limit = timeout if timeout is not None else self.cfg.command_timeout_s
-        inner = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        wd = cwd or self.repo_dir
-        wd = wd if wd.startswith("/") else f"{self.repo_dir}/{wd}"
-        argv = ["timeout", "-s", "KILL", f"{max(limit, 0.01):.3f}", *inner]
-        t0 = time.monotonic()
-        api = self.client.api
-        exec_id = api.exec_create(self.container.id, argv, environment=self.env(env), workdir=wd, user=self.user)["Id"]
-        box: dict[str, Any] = {}
-
-        def run() -> None:
-            box["out"] = api.exec_start(exec_id, demux=True)
-
-        worker = threading.Thread(target=run, daemon=True)
-        worker.start()
-        worker.join(limit + 10)  # backstop: `timeout` inside should already have fired
-        if worker.is_alive():
-            pid = api.exec_inspect(exec_id).get("Pid")
-            if pid:
-                self.container.exec_run(["kill", "-9", "--", f"-{pid}"])
-            worker.join(5)
-        out, err = box.get("out") or (b"", b"")
-        code = api.exec_inspect(exec_id).get("ExitCode")
-        wall = time.monotonic() - t0
-        timed_out = code in (124, 137) and wall >= limit * 0.95
+        code, out, err, timed_out, wall = self.run_bytes(cmd, env=env, timeout=timeout, cwd=cwd)
         return ExecResult(
-            exit_code=124 if timed_out else int(code if code is not None else -1),
-            stdout=(out or b"").decode(errors="replace"),
-            stderr=(err or b"").decode(errors="replace"),
+            exit_code=code,
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
             timed_out=timed_out,
             wall_s=wall,
         )
@@ -295,65 +550,80 @@ class DockerSandbox:
         return path if path.startswith("/") else f"{self.repo_dir}/{path}"
 
     def read(self, path: str) -> bytes:
-        try:
-            stream, _ = self.container.get_archive(self._abs(path))
-        except Exception as exc:
-            raise SandboxError(f"cannot read {path} in sandbox {self.id}: {exc}") from exc
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.next()
-            f = tar.extractfile(member) if member is not None else None
-            if f is None:
-                raise SandboxError(f"cannot read {path} in sandbox {self.id}: not a regular file")
-            return f.read()
+        """Read as the agent, through the sandbox (an agent's symlink points nowhere on the host)."""
+        code, out, err, _, _ = self.run_bytes(["cat", "--", self._abs(path)], timeout=60)
+        if code != 0:
+            raise SandboxError(f"cannot read {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
+        return out
 
     def write(self, path: str, data: bytes) -> None:
-        target = Path(self._abs(path))
-        self.exec(["mkdir", "-p", str(target.parent)], timeout=30)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(target.name)
-            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-        if not self.container.put_archive(str(target.parent), buf.getvalue()):
-            raise SandboxError(f"cannot write {path} in sandbox {self.id}")
+        """Write as the agent (mode 0644 for a new file), creating parent directories."""
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+        code, _, err, _, _ = self.run_bytes(["sh", "-c", script, "sh", self._abs(path)], timeout=60, stdin=data)
+        if code != 0:
+            raise SandboxError(f"cannot write {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
 
     def diff(self) -> str:
-        excludes = "':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.py[co]'"
-        if self.task.repo_path:
-            env = {
-                "GIT_DIR": _BASE_GIT,
-                "GIT_WORK_TREE": self.repo_dir,
-                "GIT_ALTERNATE_OBJECT_DIRECTORIES": f"{_BASE_GIT}/objects",
-            }
-        else:
-            env = {}
+        """The agent's changes against the pristine commit, untracked files included: git runs as the
+        container's root against the pristine ``.git`` in /lego and a throwaway index, so no file mode,
+        symlink, nested or broken ``.git`` or attribute the agent left stops it, and git follows no
+        symlink. Files over ``DIFF_FILE_CAP``, FIFOs, sockets and devices are left out."""
         script = (
-            "set -e; t=$(mktemp -d); export GIT_INDEX_FILE=$t/index GIT_OBJECT_DIRECTORY=$t/objects; "
-            f'mkdir -p "$t/objects"; export GIT_ALTERNATE_OBJECT_DIRECTORIES=${{GIT_ALTERNATE_OBJECT_DIRECTORIES:-{self.repo_dir}/.git/objects}}; '
-            f"git read-tree {self.base_commit}; git add -A -- .; "
-            f"git diff --cached --binary --no-ext-diff --no-textconv --no-color --full-index {self.base_commit} -- . {excludes}"
+            "set -e; t=$(mktemp -d -p /lego); trap 'rm -rf \"$t\"' EXIT; "
+            'export GIT_INDEX_FILE="$t/index" GIT_OBJECT_DIRECTORY="$t/objects"; mkdir "$t/objects"; '
+            'cd "$GIT_WORK_TREE"; { printf ".\\0"; '
+            f"find . -path ./.git -prune -o \\( ! -type d ! -type l ! -type f -o -type f -size +{DIFF_FILE_CAP // 1024}k \\) "
+            "-printf ':(exclude,literal)%P\\0'; } > \"$t/specs\"; "
+            "git read-tree HEAD; "
+            'git add -A --pathspec-from-file="$t/specs" --pathspec-file-nul; '
+            f"git diff --cached --binary --no-ext-diff --no-textconv --no-color --full-index {self.base_commit} -- "
+            "':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.py[co]'"
         )
-        res = self.exec(script, env={**env, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}, timeout=120)
-        if res.exit_code != 0:
-            raise SandboxError(f"git diff failed in sandbox {self.id}: {res.stderr.strip()}")
-        return res.stdout
+        env = {
+            **_GIT_ENV,
+            "PATH": self._image_path,
+            "HOME": _LEGO,
+            "GIT_DIR": _BASE_GIT,
+            "GIT_WORK_TREE": self.repo_dir,
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": f"{_BASE_GIT}/objects",
+        }
+        code, out, err, overflow, _ = self._run(
+            ["sh", "-c", script], env=env, workdir="/", limit=300, cap=_DIFF_OUTPUT_CAP
+        )
+        if overflow:
+            raise SandboxError(
+                f"the agent's changes in sandbox {self.id} exceed {_DIFF_OUTPUT_CAP >> 20} MiB as a patch; "
+                "such a diff cannot be graded"
+            )
+        if code != 0:
+            raise SandboxError(f"git diff failed in sandbox {self.id}: {err.decode(errors='replace').strip()}")
+        return out.decode(errors="replace")
 
     def kill_agent_processes(self) -> None:
-        """SIGKILL every process but the container's init (the proxy bridge), as the agent's user:
-        ``kill(-1)`` spares the caller and pid 1, so it runs twice to catch a process forked
-        during the first pass."""
+        """Kill every process of the agent's uid (daemons and orphans included), keeping the files;
+        returns once none is left (see module doc). The root processes (the bridge lives in another
+        container anyway) are untouched."""
         if self._closed or self.container is None:
             return
-        self.container.exec_run(["sh", "-c", "kill -9 -1; kill -9 -1; true"], user=self.user)
+        code, _, err, _, _ = self._run(
+            [str(self.runtime.python), "-I", "-S", "-c", _KILL_ALL],
+            env={"PATH": self._image_path},
+            workdir="/",
+            limit=30,
+        )
+        if code != 0:
+            raise SandboxError(
+                f"sandbox {self.id}: the agent's processes did not die: {err.decode(errors='replace').strip()}"
+            )
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self.container is not None:
-            with contextlib.suppress(Exception):
-                self.container.remove(force=True)
-        shutil.rmtree(self.host_dir, ignore_errors=True)
+        for box in (self.bridge, self.container):
+            if box is not None:
+                with contextlib.suppress(Exception):
+                    box.remove(force=True)
 
     def __enter__(self) -> DockerSandbox:
         return self
@@ -363,14 +633,15 @@ class DockerSandbox:
 
 
 def cleanup_leftovers(run_id: str | None = None, client: Any = None) -> int:
-    """Remove containers lego left behind (all, or one run's); returns how many were removed."""
+    """Remove sandboxes lego left behind (all, or one run's); returns how many were removed (a
+    sandbox's bridge container is removed with it and not counted)."""
     client = client or docker_client()
     filters = {"label": [f"{LABEL}=1", *([f"lego.run_id={run_id}"] if run_id else [])]}
     removed = 0
     for c in client.containers.list(all=True, filters=filters):
         with contextlib.suppress(Exception):
             c.remove(force=True)
-            removed += 1
+            removed += 0 if c.labels.get("lego.bridge") else 1
     return removed
 
 
