@@ -61,6 +61,16 @@ class EngineConfig(_Section):
     model: str = Field(
         "default", description="A model directory (HF layout), or 'default' for the embedded default policy."
     )
+    chat_template: str | None = Field(
+        None,
+        description="A Jinja chat-template file that replaces the model's own (gpt-oss ships none; a template "
+        "that cannot express tools is refused for tool use). CLI: --chat-template.",
+    )
+    tool_parser: str | None = Field(
+        None,
+        description="The tool-call format the policy writes (hermes, qwen3_coder, llama3_json, harmony, "
+        "deepseek_v3, mistral, glm). None: read from the chat template.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="transformers engine: where the model runs (auto: CUDA when available, else CPU)."
     )
@@ -121,6 +131,18 @@ class ProxyConfig(_Section):
         "Harnesses that send no max_tokens (mini-swe-agent) otherwise get their answers cut mid-tool-call.",
     )
 
+    reasoning_history: Literal["template", "keep"] = Field(
+        "template",
+        description="template: the engine sees what the model's own template renders from the client's messages "
+        "(historical reasoning stripped where the template strips it; a segment seals where that is not a prefix "
+        "of the last one, counted as reasoning_seals). keep: sampled reasoning stays in context (interleaved "
+        "thinking), one segment, counted as kept_reasoning_tokens.",
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Passed to every render of the chat template (e.g. {enable_thinking = false}); a request's "
+        "own chat_template_kwargs win key by key.",
+    )
     max_tokens_cap: int | None = Field(
         None,
         ge=1,

@@ -61,6 +61,9 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="vLLM's extension: passed to the chat template (e.g. enable_thinking)."
+    )
     metadata: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
@@ -183,6 +186,7 @@ def to_chat_request(req: ChatCompletionRequest) -> ChatRequest:
         model=req.model,
         logprobs=bool(req.logprobs),
         parallel_tool_calls=req.parallel_tool_calls is not False,
+        chat_template_kwargs=dict(req.chat_template_kwargs or {}),
     )
 
 

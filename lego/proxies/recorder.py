@@ -59,7 +59,25 @@ repeat of the main thread's last request is a retry like any other (rule 5). Sea
 (4) At most ``MAX_SIDE_THREADS`` threads are kept; beyond that the side thread with the fewest
 generations is dropped (``side_threads_evicted`` counts them), never the main thread.
 
-The chat template must be prefix-stable: rendering ``messages[:j]`` is a textual prefix of rendering
+Reasoning history (rule 8) follows ``reasoning_history``:
+
+* ``template`` (the default): the engine sees what the model's own template renders from the
+  messages the client sent (``apply_chat_template`` of them, token for token where the sampled ids
+  render as the template writes them). The whole conversation is rendered on each call; where the
+  rendering extends the segment's text, the segment grows (the sampled ids of earlier turns stay);
+  where it does not -- a Qwen3 template strips historical ``<think>`` blocks, a client dropped
+  ``reasoning_content`` -- the segment is sealed and a new one starts from the full rendering.
+  ``reasoning_seals`` counts those seals and ``reprefill_tokens`` the prompt tokens the new
+  segments re-read.
+* ``keep`` (interleaved thinking): matched assistant turns are rendered as the proxy returned them
+  and spliced by their sampled ids, reasoning included, so a conversation stays one segment;
+  ``kept_reasoning_tokens`` counts the reasoning tokens kept in context this way. Rendering is
+  windowed (O(new messages)).
+
+``template_kwargs`` (a request's ``chat_template_kwargs``, e.g. ``enable_thinking``) go to every
+render of the call; a thread whose kwargs change does not extend (its rendering changes).
+
+In ``keep`` mode the chat template must be prefix-stable: rendering ``messages[:j]`` is a textual prefix of rendering
 ``messages[:j+1]``. Where a template breaks that for some request, the recorder notices (the
 stored text is not a prefix of the new rendering), counts ``template_unstable`` and starts a new
 segment from a full rendering rather than guessing.
@@ -76,9 +94,10 @@ from typing import Any, Literal, Protocol
 
 from lego.types import DiscardedGeneration, Generation, MainThreadSpec, Segment, SideThread
 
-__all__ = ["ChatTemplate", "PreparedCall", "SessionRecorder", "Thread", "standing", "thread_key"]
+__all__ = ["ChatTemplate", "PreparedCall", "ReasoningHistory", "SessionRecorder", "Thread", "standing", "thread_key"]
 
 Message = dict[str, Any]
+ReasoningHistory = Literal["template", "keep"]
 MAX_SIDE_THREADS = 32
 OPENING_CHARS = 200  # of a side thread's system prompt, exported so a reader can tell what it was
 _NAN = float("nan")
@@ -91,7 +110,11 @@ class ChatTemplate(Protocol):
     eos_token_ids: list[int]
 
     def render_text(
-        self, messages: list[Message], tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = False
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> str: ...
 
     def encode(self, text: str) -> list[int]: ...
@@ -225,6 +248,7 @@ class Thread:
     key: str
     messages: list[Message] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
     text: str = ""
     generated: dict[int, _Turn] = field(default_factory=dict)
     seg: _Seg = field(default_factory=_Seg)
@@ -247,6 +271,7 @@ class PreparedCall:
     prompt_ids: list[int]
     messages: list[Message]  # as rendered: matched assistant turns replaced by the proxy's own
     tools: list[dict[str, Any]]
+    template_kwargs: dict[str, Any]
     keep: int  # tokens of the current segment kept (extend: all; retry: up to the boundary)
     context_len: int  # tokens of prompt_ids before the generation prompt
     text_keep: int  # characters of the thread's rendered text kept before ``delta_text``
@@ -260,9 +285,17 @@ class PreparedCall:
 class SessionRecorder:
     """Records one session's calls (see the module docstring for the algorithm)."""
 
-    def __init__(self, template: ChatTemplate, main_thread: MainThreadSpec | None = None) -> None:
+    def __init__(
+        self,
+        template: ChatTemplate,
+        main_thread: MainThreadSpec | None = None,
+        reasoning_history: ReasoningHistory = "template",
+    ) -> None:
+        if reasoning_history not in ("template", "keep"):
+            raise ValueError(f"reasoning_history must be 'template' or 'keep', got {reasoning_history!r}")
         self.template = template
         self.spec = main_thread
+        self.reasoning_history: ReasoningHistory = reasoning_history
         self.threads: dict[str, Thread] = {}
         self.discarded: list[DiscardedGeneration] = []
         self.counters: dict[str, float] = {
@@ -275,8 +308,12 @@ class SessionRecorder:
             "tool_call_parse_failures": 0,
             "overflows": 0,
             "side_threads_evicted": 0,
+            "reasoning_seals": 0,
+            "reprefill_tokens": 0,
+            "kept_reasoning_tokens": 0,
         }
         self._eot_text = template.decode([template.end_of_turn_id])
+        self._kwargs: dict[str, Any] = {}  # template kwargs of the call being prepared or committed
 
     # ------------------------------------------------------------------ threads
     def main_thread(self) -> Thread | None:
@@ -314,8 +351,10 @@ class SessionRecorder:
         content = incoming.get("content")
         return isinstance(content, str | None) and (content or "").strip() == turn.content.strip()
 
-    def _matched_prefix(self, th: Thread, messages: list[Message], tools: list[dict[str, Any]]) -> int:
-        if tools != th.tools:
+    def _matched_prefix(
+        self, th: Thread, messages: list[Message], tools: list[dict[str, Any]], kwargs: dict[str, Any]
+    ) -> int:
+        if tools != th.tools or kwargs != th.template_kwargs:
             return 0
         n = min(len(messages), len(th.messages))
         if messages[:n] == th.messages[:n]:  # one C-level pass: the client echoed every turn verbatim
@@ -344,13 +383,22 @@ class SessionRecorder:
                 return th.key
         return key
 
-    def prepare(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> PreparedCall:
+    def prepare(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> PreparedCall:
         """Build the engine prompt for ``messages``; changes nothing (see :meth:`commit`)."""
         tools = list(tools or [])
+        kwargs = dict(template_kwargs or {})
         key = self.resolve_thread(messages, tools)
         th = self.threads.get(key) or Thread(key=key)
-        k = self._matched_prefix(th, messages, tools)
-        # Matched assistant turns are rendered as the proxy returned them (their tokens are spliced).
+        k = self._matched_prefix(th, messages, tools, kwargs)
+        self._kwargs = kwargs
+        if self.reasoning_history == "template":
+            return self._prepare_full(th, messages, tools, k)
+        # keep: matched assistant turns are rendered as the proxy returned them (their tokens are spliced).
         messages = [th.generated[i].message if i < k and i in th.generated else m for i, m in enumerate(messages)]
         seg = th.seg
         encode = self.template.encode
@@ -373,9 +421,22 @@ class SessionRecorder:
                 call.reason = "exact retry" if len(messages) == k else "last assistant replaced"
                 return call
 
-        # Not an extension: render in full, splice from the longest known boundary, check the token prefix.
-        text_m = self.template.render_text(messages, tools or None, add_generation_prompt=False)
-        text_mg = self.template.render_text(messages, tools or None, add_generation_prompt=True)
+        return self._prepare_full(th, messages, tools, k)
+
+    def _render(self, messages: list[Message], tools: list[dict[str, Any]], gen: bool) -> str:
+        return self.template.render_text(
+            messages, tools or None, add_generation_prompt=gen, template_kwargs=self._kwargs
+        )
+
+    def _prepare_full(self, th: Thread, messages: list[Message], tools: list[dict[str, Any]], k: int) -> PreparedCall:
+        """Render in full, splice from the longest known boundary, check the token prefix.
+
+        ``template`` mode always comes here; ``keep`` mode when the call is not a plain extension.
+        """
+        seg = th.seg
+        encode = self.template.encode
+        text_m = self._render(messages, tools, False)
+        text_mg = self._render(messages, tools, True)
         if not text_mg.startswith(text_m):
             raise ValueError("the chat template's generation prompt is not appended after the rendered messages")
         j = max((b for b in seg.bounds if b <= k), default=0)
@@ -387,6 +448,11 @@ class SessionRecorder:
         gen_text = text_mg[len(text_m) :]
         if seg.bounds and len(ctx) >= len(seg) and ctx[: len(seg)] == seg.ids:
             return self._call(th, "extend", k, ctx, messages, tools, len(seg), 0, text_m, {}, gen_text)
+        last = th.last_gen
+        if kept and last is not None and k == j == len(th.messages) - 1 == last[0]:
+            call = self._call(th, "retry", k, ctx, messages, tools, tok, chars, text_m[chars:], kept, gen_text)
+            call.reason = "exact retry" if len(messages) == k else "last assistant replaced"
+            return call
         call = self._call(th, "new_segment", k, ctx, messages, tools, 0, 0, text_m, kept, gen_text)
         call.reason = "first call" if not seg.bounds else f"history rewritten after message {k}"
         return call
@@ -398,8 +464,10 @@ class SessionRecorder:
         window = [messages[0]] if j >= 2 and messages[0].get("role") in ("system", "developer") else []
         window.append(messages[j - 1])
         tpl = self.template
-        base = tpl.render_text(window, tools or None, add_generation_prompt=False)
-        full = tpl.render_text(window + messages[j:], tools or None, add_generation_prompt=True)
+        base = tpl.render_text(window, tools or None, add_generation_prompt=False, template_kwargs=self._kwargs)
+        full = tpl.render_text(
+            window + messages[j:], tools or None, add_generation_prompt=True, template_kwargs=self._kwargs
+        )
         gen = th.gen_text or ""
         if not full.startswith(base) or not full.endswith(gen):
             self.counters["template_unstable"] += 1
@@ -432,6 +500,7 @@ class SessionRecorder:
             prompt_ids=ctx,
             messages=list(messages),
             tools=tools,
+            template_kwargs=dict(self._kwargs),
             keep=keep,
             context_len=context_len,
             text_keep=text_keep,
@@ -469,6 +538,9 @@ class SessionRecorder:
             if old is not None:
                 th.sealed.append(old)
                 self.counters["rewrites"] += 1
+                if self.reasoning_history == "template":
+                    self.counters["reasoning_seals"] += 1
+                self.counters["reprefill_tokens"] += call.context_len
             seg = th.seg = _Seg(bounds=dict(call.kept_bounds))
         elif len(seg) != call.keep:
             raise RuntimeError("segment changed between prepare and commit; calls on one thread must be serialized")
@@ -483,13 +555,17 @@ class SessionRecorder:
 
         snapshot = [*call.messages, assistant]
         text_m = th.text[: call.text_keep] + call.delta_text
+        self._kwargs = call.template_kwargs
         asst_text = self._assistant_text(snapshot, call.tools)
+        if self.reasoning_history == "keep" and assistant.get("reasoning_content"):
+            self.counters["kept_reasoning_tokens"] += len(self.template.encode(str(assistant["reasoning_content"])))
         seg.extend_context(self._closing(gen.token_ids, asst_text))
         th.gen_text = call.gen_text
         text_s = text_m + asst_text
         th.messages = snapshot
         th.opening = (_system_text(snapshot), _first_user(snapshot))
         th.tools = call.tools
+        th.template_kwargs = call.template_kwargs
         th.text = text_s
         th.generated = {i: t for i, t in th.generated.items() if i < call.matched}
         th.generated[len(call.messages)] = _Turn(
@@ -508,16 +584,22 @@ class SessionRecorder:
         self.counters["tool_call_parse_failures"] += parse_failures
 
     def _assistant_text(self, snapshot: list[Message], tools: list[dict[str, Any]]) -> str:
-        """The rendered text of the last message of ``snapshot`` (an assistant turn), windowed."""
-        window = [snapshot[0]] if len(snapshot) >= 3 and snapshot[0].get("role") in ("system", "developer") else []
-        window.append(snapshot[-2])
-        base = self.template.render_text(window, tools or None, add_generation_prompt=False)
-        full = self.template.render_text([*window, snapshot[-1]], tools or None, add_generation_prompt=False)
-        if full.startswith(base):
-            return full[len(base) :]
-        self.counters["template_unstable"] += 1
-        before = self.template.render_text(snapshot[:-1], tools or None, add_generation_prompt=False)
-        return self.template.render_text(snapshot, tools or None, add_generation_prompt=False)[len(before) :]
+        """The rendered text of the last message of ``snapshot`` (an assistant turn): windowed in
+        ``keep`` mode, from the whole conversation in ``template`` mode (templates that look at
+        the whole history, such as Qwen3's, render the last turn differently in a window)."""
+        if self.reasoning_history == "keep":
+            window = [snapshot[0]] if len(snapshot) >= 3 and snapshot[0].get("role") in ("system", "developer") else []
+            window.append(snapshot[-2])
+            base = self._render(window, tools, False)
+            full = self._render([*window, snapshot[-1]], tools, False)
+            if full.startswith(base):
+                return full[len(base) :]
+            self.counters["template_unstable"] += 1
+        before = self._render(snapshot[:-1], tools, False)
+        full = self._render(snapshot, tools, False)
+        if not full.startswith(before):
+            self.counters["template_unstable"] += 1
+        return full[len(before) :]
 
     def _closing(self, sampled: list[int], assistant_text: str) -> list[int]:
         """Template tokens after the sampled ids: end-of-turn if not sampled, then the template tail."""

@@ -54,7 +54,7 @@ class ChatFormatLike(ChatTemplate, Protocol):
 
     def to_message(self, parsed: Any) -> Message: ...
 
-    tool_call_format: str  # "hermes" or "qwen3_coder": how a forced tool call is opened
+    tool_call_format: str  # a lego.models.tool_parsers.PARSERS name: how a forced tool call is opened
 
 
 @dataclass
@@ -76,6 +76,8 @@ class ChatRequest:
     """Return each sampled token's logprob (:attr:`ChatResult.token_logprobs`)."""
     parallel_tool_calls: bool = True
     """False: the turn ends after its first complete tool call (the generation is cut there)."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Passed to the chat template for this call, over ``proxy.chat_template_kwargs`` (e.g. enable_thinking)."""
     prefill: str = ""
     """An assistant prefill (Anthropic: the request ends with an assistant turn): the policy
     continues this text; it enters the prompt as template tokens (mask 0) and the reply holds
@@ -206,7 +208,7 @@ class ProxyService:
         token = "lego-" + secrets.token_urlsafe(32)
         s = Session(
             id=session_id,
-            recorder=SessionRecorder(self.chat, main_thread),
+            recorder=SessionRecorder(self.chat, main_thread, self.config.reasoning_history),
             token=token,
             answer=answer,
             metadata=dict(metadata or {}),
@@ -303,7 +305,9 @@ class ProxyService:
                     s.termination = "max_turns"
                     raise ApiError(400, f"this session reached its limit of {s.max_turns} turns", code="max_turns")
             try:
-                call = rec.prepare(req.messages, req.tools)
+                call = rec.prepare(
+                    req.messages, req.tools, {**self.config.chat_template_kwargs, **req.chat_template_kwargs}
+                )
             except (ValueError, ChatFormatError) as exc:
                 raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
             forced, wanted = self._forced_prefix(req)

@@ -80,5 +80,8 @@ def server(tiny_engine: Any, chat_format: Any) -> Iterator[ProxyServer]:
 def scripted(tiny_engine: Any, chat_format: Any) -> Iterator[tuple[ProxyServer, ScriptedEngine]]:
     """A proxy serving scripted completions (real logprobs) for tool-using conversations."""
     engine = ScriptedEngine(tiny_engine, chat_format)
-    with ProxyServer(engine, chat_format, ProxyConfig(port=0, default_max_tokens=256)) as srv:  # type: ignore[arg-type]
+    # keep: the scripted turns think and the clients here drop reasoning_content; these tests are
+    # about splicing sampled ids, so reasoning stays in context (template policy: tests/families).
+    config = ProxyConfig(port=0, default_max_tokens=256, reasoning_history="keep")
+    with ProxyServer(engine, chat_format, config) as srv:  # type: ignore[arg-type]
         yield srv, engine
