@@ -95,7 +95,7 @@ class Policy:
         from lego.models.tiny import resolve_model  # torch: imported here, so Ray workers (drive only) stay light
 
         model_path = resolve_model(engine_cfg.model)
-        chat = ChatFormat.from_pretrained(model_path)
+        chat = ChatFormat.from_pretrained(model_path, engine_cfg.chat_template, engine_cfg.tool_parser)
         engine = build_engine(engine_cfg)
         tmp = tempfile.TemporaryDirectory(prefix="lego-proxy-")
         cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock")})

@@ -76,6 +76,14 @@ __all__ = ["proxy"]
     help="Name listed by /v1/models (any name is accepted in requests).",
 )
 @click.option("--strict", is_flag=True, help="Answer 404 for sessions not opened explicitly.")
+@click.option(
+    "--chat-template",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="A Jinja chat template that replaces the model's own (gpt-oss ships none; needed for tool use when "
+    "the model's template cannot express tools).",
+)
+@click.option("--tool-parser", default=None, help="Tool-call format (default: read from the chat template).")
 def proxy(
     model: str,
     engine_kind: str,
@@ -90,6 +98,8 @@ def proxy(
     max_model_len: int | None,
     served_model_name: str,
     strict: bool,
+    chat_template: str | None,
+    tool_parser: str | None,
 ) -> None:
     """Serve MODEL behind OpenAI chat, Anthropic messages and OpenAI responses endpoints."""
     from lego.proxies.server import is_loopback
@@ -108,7 +118,7 @@ def proxy(
     engine = build_engine(
         EngineConfig(kind=engine_kind, model=model, device=device, max_model_len=max_model_len, vllm_url=vllm_url)  # type: ignore[arg-type]
     )
-    chat_format = ChatFormat.from_pretrained(resolve_model(model))
+    chat_format = ChatFormat.from_pretrained(resolve_model(model), chat_template, tool_parser)
     config = ProxyConfig(
         host=host, port=port, uds=uds, api_key=api_key, served_model_name=served_model_name, strict_sessions=strict
     )
