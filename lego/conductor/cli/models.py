@@ -67,6 +67,29 @@ def build_tiny_cmd(out_dir: Path, seed: int, tool_format: str) -> None:
     click.echo(f'try: lego generate --model {path} "hello"')
 
 
+@models_group.command("check")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--chat-template",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Check with this Jinja template in place of the model's own.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check_cmd(model_dir: Path, chat_template: Path | None, as_json: bool) -> None:
+    """Say what lego will make of MODEL_DIR: chat template, tool support, stop ids, tied embeddings.
+
+    Exits 1 when there is a problem (each printed with its fix).
+    """
+    from lego.models.check import check_model_dir
+
+    _quiet_transformers()
+    report = check_model_dir(model_dir, chat_template)
+    click.echo(report.model_dump_json(indent=2) if as_json else report.render())
+    if report.problems:
+        raise SystemExit(1)
+
+
 @models_group.command("path")
 @click.argument("model", default="default")
 def path_cmd(model: str) -> None:
