@@ -67,6 +67,30 @@ def build_tiny_cmd(out_dir: Path, seed: int, tool_format: str) -> None:
     click.echo(f'try: lego generate --model {path} "hello"')
 
 
+@models_group.command("import")
+@click.argument("gguf_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "bfloat16"]),
+    default="float32",
+    show_default=True,
+    help="float32 keeps the dequantized values exactly.",
+)
+def import_cmd(gguf_file: Path, out_dir: Path, dtype: str) -> None:
+    """Convert GGUF_FILE (llama.cpp's format) to a Hugging Face model directory OUT_DIR (dequantized).
+
+    The result is checked as `lego models check` does and the report printed.
+    """
+    from lego.models.check import check_model_dir
+    from lego.models.gguf_import import import_gguf
+
+    _quiet_transformers()
+    out = import_gguf(gguf_file, out_dir, dtype)  # type: ignore[arg-type]
+    click.echo(f"wrote {out}")
+    click.echo(check_model_dir(out).render())
+
+
 @models_group.command("check")
 @click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
