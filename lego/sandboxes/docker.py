@@ -156,6 +156,109 @@ while alive():
 """
 
 
+# Every command of the agent's runs under this, as root with lego's runtime python (argv: the marker
+# ``lego-exec``, the wall-time limit, then ``setpriv ... -- command``). It resumes every stopped
+# process of the agent, becomes a child subreaper (daemons the command leaves, setsid or not, stay
+# its descendants) and runs the command in a session of its own. At the deadline it kills the
+# command and every descendant. When the command ends, before reaping it (so its pid still answers
+# ``kill -0``), it stops (SIGSTOP, until none is left running) every process of the agent that no
+# other running command of lego's owns: nothing the agent leaves behind can act between lego's
+# commands (e.g. write the fix once the harness has returned, before lego kills it); the next
+# command resumes them, :meth:`DockerSandbox.kill_agent_processes` ends them.
+_WRAPPER = f"""
+import ctypes, os, select, signal, sys, time
+limit, cmd = float(sys.argv[2]), sys.argv[3:]
+def procs():
+    out = {{}}
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{{p}}/stat") as f:
+                tail = f.read().rsplit(")", 1)[1].split()
+            out[int(p)] = (tail[0], int(tail[1]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+def status_uid(pid):
+    try:
+        with open(f"/proc/{{pid}}/status") as f:
+            return next(ln.split()[1] for ln in f if ln.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return ""
+for pid, (state, _) in procs().items():
+    if state in "Tt" and status_uid(pid) == "{AGENT_UID}":
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+main = os.fork()
+if main == 0:
+    os.setsid()
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as e:
+        sys.stderr.write(f"{{cmd[0]}}: {{e.strerror}}\\n")
+        os._exit(127)
+fd = os.pidfd_open(main)
+deadline = time.monotonic() + limit
+timed_out = False
+while True:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        timed_out = True
+        break
+    if select.select([fd], [], [], min(left, 0.05))[0]:
+        break
+    while True:
+        got = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if got is None or got.si_pid == main:
+            break
+        os.waitpid(got.si_pid, 0)
+me = os.getpid()
+def is_wrapper(pid):
+    try:
+        with open(f"/proc/{{pid}}/cmdline", "rb") as f:
+            return f.read().split(b"\\0")[5:6] == [b"lego-exec"] and status_uid(pid) == "0"
+    except OSError:
+        return False
+def below(table, roots):
+    out, grew = set(), True
+    while grew:
+        grew = False
+        for pid, (_, ppid) in table.items():
+            if pid not in out and (ppid in roots or ppid in out):
+                out.add(pid)
+                grew = True
+    return out
+for _ in range(1000):
+    table = procs()
+    if timed_out:
+        todo = [p for p in below(table, {{me}}) | {{main}} if table.get(p, ("Z",))[0] not in ("Z", "X")]
+        sig = signal.SIGKILL
+    else:
+        busy = below(table, {{p for p in table if p != me and is_wrapper(p)}})
+        todo = [
+            p for p, (state, _) in table.items()
+            if state not in "ZXTt" and p != main and p not in busy and status_uid(p) == "{AGENT_UID}"
+        ]
+        sig = signal.SIGSTOP
+    if not todo:
+        if timed_out:
+            timed_out = None
+            continue
+        break
+    for pid in todo:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    time.sleep(0.001)
+_, status = os.waitpid(main, 0)
+code = os.waitstatus_to_exitcode(status)
+os._exit(124 if timed_out is None else (code if code >= 0 else 128 - code))
+"""
+
+
 def docker_client() -> Any:
     """A Docker SDK client from the environment, or a SandboxError naming the fix."""
     try:
@@ -523,9 +626,19 @@ class DockerSandbox:
         inner = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         wd = cwd or self.repo_dir
         wd = wd if wd.startswith("/") else f"{self.repo_dir}/{wd}"
-        argv = ["timeout", "-s", "KILL", f"{max(limit, 0.01):.3f}", *_AS_AGENT, *inner]
+        argv = [
+            str(self.runtime.python),
+            "-I",
+            "-S",
+            "-c",
+            _WRAPPER,
+            "lego-exec",
+            f"{max(limit, 0.01):.3f}",
+            *_AS_AGENT,
+            *inner,
+        ]
         code, out, err, overflow, wall = self._run(argv, env=self.env(env), workdir=wd, limit=limit, stdin=stdin)
-        timed_out = not overflow and ((code in (124, 137) and wall >= limit * 0.95) or wall > limit + 10)
+        timed_out = not overflow and ((code == 124 and wall >= limit * 0.95) or wall > limit + 10)
         if overflow:
             err += f"\n[lego: output exceeded {OUTPUT_CAP} bytes on one stream; the command was killed]".encode()
         return (124 if timed_out else code), out, err, timed_out, wall

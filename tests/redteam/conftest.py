@@ -22,7 +22,19 @@ holds whichever defence lands. What each file covers:
                         with the hidden tests, a repo git cannot diff) stay the policy's, reward 0.
 * ``test_persistence``  daemons that write the fix or call the model after the harness returned.
 
-This file builds the path once per module: ``redteam`` (a :class:`~lego.conductor.rollout.Policy` around
+Two sandbox backends. Every test runs on the ``local`` (bubblewrap) backend; the tests whose outcome
+depends on the backend run on ``docker`` too (marked ``docker``: they skip, saying why, where no
+engine or no test image is present; ``.ci/docker-setup.sh`` provides both). That is every test of
+the modules in :data:`ON_DOCKER` (escapes, exhaustion, relabel, persistence, answer leaks, the
+controls) plus :data:`ON_DOCKER_TESTS` from the others. ``test_proxy_abuse`` stays local-only: what
+it attacks is the proxy's authorisation of routes and sessions, which sits behind whichever bridge
+the backend provides (the bridge itself is attacked by test_relabel and test_answer_leaks). The
+rest of ``test_grader`` stays local-only because its attacks target the grader's Python process
+(pytest, plugins, the report stream), which runs the same supervisor and bootstrap in either
+backend; the one whose defence is the backend's (a daemon that outlives pytest, stopped by
+``kill_agent_processes``) runs on both.
+
+This file builds the path once per module and backend: ``redteam`` (a :class:`~lego.conductor.rollout.Policy` around
 the scripted engine, served by the real proxy on a Unix socket in a private temp dir, exactly as
 ``Policy.start`` serves one) and the calc ``task`` whose gold patch carries a unique marker.
 """
@@ -30,6 +42,7 @@ the scripted engine, served by the real proxy on a Unix socket in a private temp
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,11 +56,43 @@ from lego.types import Task
 from tests.redteam.helpers import RedTeam, RoutedScriptEngine, marked_task
 from tests.sandboxes.sbx_fixtures import make_task
 
+DOCKER_IMAGE = os.environ.get("LEGO_DOCKER_TEST_IMAGE", "lego-test-bookworm:latest")
+ON_DOCKER = {"test_control", "test_answer_leaks", "test_escapes", "test_exhaustion", "test_relabel", "test_persistence"}
+"""Modules whose every test also runs on the docker backend."""
+ON_DOCKER_TESTS = {"test_daemon_outlives_pytest_and_rewrites_the_report"}
+"""Tests of other modules that also run on the docker backend."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``sandbox_kind`` (what ``redteam`` builds on): local always, docker where it matters."""
+    if "redteam" not in metafunc.fixturenames:
+        return
+    kinds = [pytest.param("local", id="local")]
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if module in ON_DOCKER or metafunc.function.__name__ in ON_DOCKER_TESTS:
+        kinds.append(pytest.param("docker", id="docker", marks=pytest.mark.docker))
+    metafunc.parametrize("sandbox_kind", kinds, scope="module")
+
+
+def _docker_or_skip() -> None:
+    try:
+        from lego.sandboxes.docker import docker_client
+
+        docker_client().images.get(DOCKER_IMAGE)
+    except Exception as exc:
+        pytest.skip(f"no Docker engine or no {DOCKER_IMAGE} image ({exc}); run .ci/docker-setup.sh")
+
 
 @pytest.fixture(scope="module")
-def redteam(tiny_model_dir: Path, chat_format: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedTeam]:
-    """A served scripted policy and the config its rollouts run under (module-scoped: one proxy)."""
+def redteam(
+    tiny_model_dir: Path, chat_format: Any, tmp_path_factory: pytest.TempPathFactory, sandbox_kind: str
+) -> Iterator[RedTeam]:
+    """A served scripted policy and the config its rollouts run under on the backend ``sandbox_kind``
+    (module-scoped: one proxy per module and backend)."""
     from lego.engines.transformers_engine import TransformersEngine
+
+    if sandbox_kind == "docker":
+        _docker_or_skip()
     from lego.proxies.server import ProxyServer
 
     real = TransformersEngine(tiny_model_dir, device="cpu", max_batch_size=8, seed=0)
@@ -62,7 +107,7 @@ def redteam(tiny_model_dir: Path, chat_format: Any, tmp_path_factory: pytest.Tem
     rt = RedTeam(
         policy=policy,
         engine=engine,
-        cfg=RedTeam.config(base, workdir),
+        cfg=RedTeam.config(base, workdir, sandbox_kind, DOCKER_IMAGE if sandbox_kind == "docker" else None),
         workdir=workdir,
         proxy_dir=Path(sock_dir.name),
     )

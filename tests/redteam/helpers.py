@@ -150,9 +150,12 @@ class RedTeam:
     runs: list[Trajectory] = field(default_factory=list)
 
     @staticmethod
-    def config(base: LegoConfig, workdir: Path) -> LegoConfig:
-        """Production defaults with budgets small enough that a hole cannot hurt the host running the suite."""
+    def config(base: LegoConfig, workdir: Path, kind: str = "local", docker_image: str | None = None) -> LegoConfig:
+        """Production defaults with budgets small enough that a hole cannot hurt the host running the
+        suite, on the sandbox backend ``kind`` (``docker``: from ``docker_image``)."""
         sandbox = SandboxConfig(
+            kind=kind,
+            docker_image=docker_image,
             workdir=str(workdir),
             command_timeout_s=60,
             cpu_seconds=120,

@@ -6,6 +6,7 @@ import http.server
 import os
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,64 @@ def test_agent_is_unprivileged_and_bounded(sb: Any) -> None:
 
 
 def test_kill_agent_processes_ends_daemons(sb: Any) -> None:
-    sb.exec("nohup sh -c 'while :; do date >> /tmp/log; sleep 0.05; done' >/dev/null 2>&1 &")
+    sb.exec("nohup sh -c 'while :; do date >> /tmp/log; sleep 0.05; done' >/dev/null 2>&1 & sleep 0.3")
+    between = len(sb.read("/tmp/log"))
+    assert sb.exec("sleep 0.3").exit_code == 0 and len(sb.read("/tmp/log")) > between  # runs during commands
     sb.kill_agent_processes()
     size = len(sb.read("/tmp/log"))
+    time.sleep(0.3)
     assert len(sb.read("/tmp/log")) == size and "sh -c while" not in sb.exec("ps -eo args").stdout
+
+
+def test_nothing_left_behind_acts_after_its_command_ended(sb: Any) -> None:
+    """A daemon that acts the moment its command ends (as one outliving the harness would, to write
+    the fix before lego kills it) is stopped before that end is visible, then killed."""
+    sb.exec(
+        "H=$$; setsid nohup sh -c 'while kill -0 '$H' 2>/dev/null; do sleep 0.001; done; echo acted > /tmp/acted' "
+        ">/dev/null 2>&1 </dev/null & sleep 0.2"
+    )
+    sb.kill_agent_processes()
+    assert sb.exec("test -e /tmp/acted").exit_code == 1
+
+
+def test_diff_is_taken_with_legos_authority(sb: Any) -> None:
+    """Modes, symlinks out of the repo, FIFOs and huge files the agent leaves neither stop nor steer the diff."""
+    setup = sb.exec(
+        "sed -i 's/a - b/a + b/' calc/__init__.py && chmod 000 calc/__init__.py && "
+        "mkdir calc/secret && echo hidden-data > calc/secret/data && chmod 000 calc/secret && "
+        "ln -s /lego/base.git/config calc/link && ln -s /etc/shadow calc/shadow && mkfifo calc/pipe && "
+        "head -c 9M /dev/zero > calc/huge.bin"
+    )
+    assert setup.exit_code == 0, setup
+    assert sb.exec("cat /lego/base.git/config").exit_code != 0  # lego's pristine .git is root-only
+    diff = sb.diff()
+    assert "+    return a + b" in diff and "+hidden-data" in diff
+    assert "+/lego/base.git/config" in diff and "+/etc/shadow" in diff  # stored as links, not followed
+    assert "[core]" not in diff and "root:" not in diff
+    assert "calc/pipe" not in diff and "calc/huge.bin" not in diff
+
+
+def test_bridge_is_out_of_the_agents_reach(client: Any, cfg: SandboxConfig, calc_task: Task, tmp_path: Path) -> None:
+    sock = tmp_path / "bridge-test.sock"
+    server = _UnixHTTP(str(sock), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    get = "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{}/').read())\""
+    try:
+        with create_sandbox(cfg, calc_task, proxy_uds=sock) as box:  # type: ignore[attr-defined]
+            seen = box.exec("cat /proc/[0-9]*/cmdline | tr '\\0' ' '; cat /proc/self/mountinfo").stdout
+            assert "socat" not in seen and str(tmp_path) not in seen and "bridge-test.sock" not in seen
+            box.exec("kill -9 -1; for p in /proc/[0-9]*; do kill -9 ${p#/proc/}; done")
+            assert "via-proxy" in box.exec(get.format(box.proxy_port)).stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_every_writable_place_is_capped(client: Any, calc_task: Task) -> None:
+    small = SandboxConfig(kind="docker", docker_image=IMAGE, disk_mb=64, max_processes=64, command_timeout_s=60)
+    with create_sandbox(small, calc_task) as box:  # type: ignore[attr-defined]
+        for d in ("/repo", "/tmp", "/home/agent", "/dev/shm"):
+            fill = box.exec(f"head -c 80M /dev/zero > {d}/fill; stat -c %s {d}/fill; rm -f {d}/fill")
+            assert "No space left on device" in fill.stderr and int(fill.stdout.split()[0]) <= 64 << 20, (d, fill)
+        for d in ("/", "/var/tmp", "/run", "/usr", "/etc"):
+            assert box.exec(f"touch {d}/x").exit_code != 0, d
