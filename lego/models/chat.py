@@ -13,11 +13,18 @@ never a copy), so ``render`` equals ``tokenizer.apply_chat_template(..., tokeniz
 Before rendering, tool-call arguments given as JSON strings are decoded to objects, as vLLM and
 the transformers chat pipeline do, so templates that iterate over arguments (qwen3-coder) work.
 
-Prefix stability (lego's own templates; the proxy relies on it): rendering ``messages[:k]``
-without a generation prompt is a prefix, in text and in ids, of rendering ``messages[:k+1]`` --
-except between two consecutive ``tool`` messages, which share one user turn as in Qwen3 (a
-request never ends inside such a group). Real Qwen3 templates strip historical ``<think>``
-blocks and are not prefix-stable; the proxy then seals the segment, as the design says.
+Any HF chat family: the template may be the tokenizer's own or a supplied one (``chat_template``,
+``--chat-template``); the end-of-turn token is read from what the template writes after an
+assistant message, stop ids from it, the tokenizer and the generation config; tool calls are parsed
+by the format the template writes (:mod:`lego.models.tool_parsers`). A template that cannot
+express tools is refused for tool use (:meth:`ChatFormat.check_tools`).
+
+Prefix stability: lego's own templates are prefix-stable (rendering ``messages[:k]`` is a prefix
+of rendering ``messages[:k+1]``, except inside a group of consecutive ``tool`` messages); real
+ones such as Qwen3's, which strip historical ``<think>`` blocks, are not. The recorder's
+reasoning-history policy (``proxy.reasoning_history``) says what happens then: ``template`` renders
+the client's messages in full and seals the segment where the rendering is not a prefix;
+``keep`` splices the sampled reasoning and stays one segment.
 """
 
 from __future__ import annotations
