@@ -121,6 +121,9 @@ def step_metrics(trajs: Sequence[Trajectory], train_metrics: dict[str, float]) -
     m["rollout/sampled_tokens_mean"] = sum(sampled) / len(sampled) if sampled else 0.0
     m["rollout/segments_mean"] = sum(len(t.segments) for t in valid) / max(len(valid), 1)
     m["rollout/turns_mean"] = sum(t.counters.get("turns", 0.0) for t in valid) / max(len(valid), 1)
+    # the reasoning-history policy's deviation from one plain segment (proxy.reasoning_history)
+    for key in ("reasoning_seals", "reprefill_tokens", "kept_reasoning_tokens"):
+        m[f"rollout/{key}_mean"] = sum(t.counters.get(key, 0.0) for t in valid) / max(len(valid), 1)
     for h in sorted({t.harness for t in valid}):
         hr = [t.reward or 0.0 for t in valid if t.harness == h]
         m[f"reward/mean/{h}"] = sum(hr) / len(hr)
