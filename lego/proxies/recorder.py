@@ -435,8 +435,12 @@ class SessionRecorder:
         """
         seg = th.seg
         encode = self.template.encode
-        text_m = self._render(messages, tools, False)
         text_mg = self._render(messages, tools, True)
+        gen = th.gen_text
+        if gen and text_mg.endswith(gen) and k == len(th.messages):
+            text_m = text_mg[: len(text_mg) - len(gen)]  # one render: the generation prompt is known
+        else:
+            text_m = self._render(messages, tools, False)
         if not text_mg.startswith(text_m):
             raise ValueError("the chat template's generation prompt is not appended after the rendered messages")
         j = max((b for b in seg.bounds if b <= k), default=0)
@@ -556,7 +560,7 @@ class SessionRecorder:
         snapshot = [*call.messages, assistant]
         text_m = th.text[: call.text_keep] + call.delta_text
         self._kwargs = call.template_kwargs
-        asst_text = self._assistant_text(snapshot, call.tools)
+        asst_text = self._assistant_text(snapshot, call.tools, text_m)
         if self.reasoning_history == "keep" and assistant.get("reasoning_content"):
             self.counters["kept_reasoning_tokens"] += len(self.template.encode(str(assistant["reasoning_content"])))
         seg.extend_context(self._closing(gen.token_ids, asst_text))
@@ -583,10 +587,11 @@ class SessionRecorder:
         self.counters["completion_tokens"] += len(gen.token_ids)
         self.counters["tool_call_parse_failures"] += parse_failures
 
-    def _assistant_text(self, snapshot: list[Message], tools: list[dict[str, Any]]) -> str:
+    def _assistant_text(self, snapshot: list[Message], tools: list[dict[str, Any]], text_m: str) -> str:
         """The rendered text of the last message of ``snapshot`` (an assistant turn): windowed in
         ``keep`` mode, from the whole conversation in ``template`` mode (templates that look at
-        the whole history, such as Qwen3's, render the last turn differently in a window)."""
+        the whole history, such as Qwen3's, render the last turn differently in a window), where
+        ``text_m`` (the rendering of the messages before it) is already known."""
         if self.reasoning_history == "keep":
             window = [snapshot[0]] if len(snapshot) >= 3 and snapshot[0].get("role") in ("system", "developer") else []
             window.append(snapshot[-2])
@@ -595,7 +600,9 @@ class SessionRecorder:
             if full.startswith(base):
                 return full[len(base) :]
             self.counters["template_unstable"] += 1
-        before = self._render(snapshot[:-1], tools, False)
+            before = self._render(snapshot[:-1], tools, False)
+        else:
+            before = text_m
         full = self._render(snapshot, tools, False)
         if not full.startswith(before):
             self.counters["template_unstable"] += 1
