@@ -3,7 +3,7 @@
 One container per rollout, from an image per task: ``task.image`` (SWE-bench instance images by
 their standard names, ``swebench/sweb.eval.x86_64.<id>:latest``), else an image built from
 ``task.dockerfile`` (tagged ``lego-task:<hash>``), else ``SandboxConfig.docker_image``. The image
-must ship ``setpriv`` (util-linux), ``timeout`` (coreutils), git, and socat when a proxy is used.
+must ship ``setpriv`` (util-linux) and git, and socat when a proxy is used.
 
 Threat model: as the local backend's (:mod:`lego.sandboxes.local`): the agent is adversarial and
 runs arbitrary code as uid 1000. Each property below has a test in tests/sandboxes/test_docker.py,
@@ -14,7 +14,7 @@ and the red-team suite (tests/redteam) runs its backend-dependent attacks on thi
   every command of the agent's enters through ``setpriv --reuid=1000 --regid=1000 --clear-groups
   --bounding-set=-all --inh-caps=-all --no-new-privs``, so it holds no capability in any set, cannot
   regain one (no_new_privs; Docker's seccomp profile refuses user namespaces), and cannot signal or
-  trace the root processes (its ``timeout`` wrapper, lego's own commands). Without userns-remap the
+  trace the root processes (its exec wrapper, lego's own commands). Without userns-remap the
   container's uid 1000 is the host's uid 1000: never host root.
 * Kernel settings: /proc/sys, /proc/sysrq-trigger and /sys are read-only and Docker's masked paths
   are masked (Docker's defaults for an unprivileged container).
@@ -30,9 +30,11 @@ and the red-team suite (tests/redteam) runs its backend-dependent attacks on thi
   holds its processes and the pages of its tmpfs mounts together.
 * Processes: a private pid namespace with Docker's init (tini) as pid 1 (it reaps orphans);
   ``pids_limit`` = ``max_processes``; RLIMIT_CPU and RLIMIT_CORE=0 via ulimits. Each exec runs
-  under ``timeout -s KILL`` (root, so the agent cannot stop it) which kills its process group at the
-  deadline; an output flood past ``OUTPUT_CAP`` or a command outliving its deadline by 10 s kills
-  every agent process. :meth:`DockerSandbox.kill_agent_processes` kills every process of uid 1000
+  under a root wrapper (:data:`_WRAPPER`; the agent can neither signal nor trace it) that kills the
+  command and every descendant at the deadline, and when the command ends stops what it left
+  running before that end is visible (so a daemon cannot act between the harness returning and
+  lego killing it); an output flood past ``OUTPUT_CAP`` or a command outliving its deadline by
+  10 s kills every agent process. :meth:`DockerSandbox.kill_agent_processes` kills every process of uid 1000
   (daemons included) with ``kill(-1, SIGKILL)`` from a uid-1000 child of a root loop that repeats
   until none is left.
 * Network: ``network_mode="none"``: only ``lo``. With a proxy socket, a second container (the
@@ -59,6 +61,11 @@ Not isolated:
     and hands the repo to uid 1000;
   * the total of the tmpfs caps is ``1.875 * disk_mb`` (Docker gives each mount its own file
     system); the memory budget bounds them together;
+  * per-process RLIMIT_AS (``memory_mb``) is not set (Docker offers no such ulimit): the memory
+    cgroup bounds all processes together;
+  * the agent's processes run only while a command of lego's runs: each command's end stops the
+    ones no other running command owns, and the next command resumes them (the local backend lets
+    them run between commands);
   * uid 1000 has no /etc/passwd entry unless the image has one.
 """
 
@@ -94,7 +101,6 @@ _LEGO = "/lego"
 _BASE_GIT = f"{_LEGO}/base.git"
 _ROOT_CAPS = ["CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "KILL", "SETUID", "SETGID", "SETPCAP"]
 _AS_AGENT = [
-    "setpriv",
     f"--reuid={AGENT_UID}",
     f"--regid={AGENT_UID}",
     "--clear-groups",
@@ -157,7 +163,7 @@ while alive():
 
 
 # Every command of the agent's runs under this, as root with lego's runtime python (argv: the marker
-# ``lego-exec``, the wall-time limit, then ``setpriv ... -- command``). It resumes every stopped
+# ``lego-exec``, the wall-time limit, then ``setpriv ... -- env -i -- VARS command``). It resumes every stopped
 # process of the agent, becomes a child subreaper (daemons the command leaves, setsid or not, stay
 # its descendants) and runs the command in a session of its own. At the deadline it kills the
 # command and every descendant. When the command ends, before reaping it (so its pid still answers
@@ -435,13 +441,16 @@ class DockerSandbox:
             # engine's host with the right to read another process's root; the protocol's ``root``.
             self.root = Path(f"/proc/{self.container.attrs['State']['Pid']}/root{self.repo_dir}")
             self._image_path = self._image_env_path()
-            self._root(
-                f"command -v setpriv >/dev/null && command -v timeout >/dev/null && command -v git >/dev/null "
-                f"|| {{ echo 'image {image} lacks setpriv, timeout or git' >&2; exit 1; }}; "
+            # Absolute paths, looked up once on the image's PATH: the root wrapper execs them, so no
+            # PATH a caller passes (which may name a directory the agent writes) can pick them.
+            tools = self._root(
+                "command -v setpriv && command -v env && command -v git >/dev/null "
+                f"|| {{ echo 'image {image} lacks setpriv (util-linux), env or git' >&2; exit 1; }}; "
                 f"chown {AGENT_UID}:{AGENT_UID} {AGENT_HOME} && chmod 1777 /tmp && chmod 0700 {_LEGO}"
                 # Docker gives a tmpfs the mode of the image's directory below it (/root: 0700).
                 + (" && chmod 0755 /root" if under_root else "")
             )
+            self._setpriv, self._env_bin = tools.decode().split()[:2]
             if task.repo_path:
                 self.base_commit, self.history_strip = template_info(self.template)
                 self._root(
@@ -626,18 +635,14 @@ class DockerSandbox:
         inner = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         wd = cwd or self.repo_dir
         wd = wd if wd.startswith("/") else f"{self.repo_dir}/{wd}"
-        argv = [
-            str(self.runtime.python),
-            "-I",
-            "-S",
-            "-c",
-            _WRAPPER,
-            "lego-exec",
-            f"{max(limit, 0.01):.3f}",
-            *_AS_AGENT,
-            *inner,
-        ]
-        code, out, err, overflow, wall = self._run(argv, env=self.env(env), workdir=wd, limit=limit, stdin=stdin)
+        # The wrapper runs as root in a fixed environment (none of the caller's variables, e.g. a
+        # PATH or LD_PRELOAD naming the agent's files, reaches a root process); the command's own
+        # environment is set by `env -i` after setpriv has made it the agent.
+        wrapper = [str(self.runtime.python), "-I", "-S", "-c", _WRAPPER, "lego-exec", f"{max(limit, 0.01):.3f}"]
+        as_agent = [self._setpriv, *_AS_AGENT, self._env_bin, "-i", "--"]
+        argv = [*wrapper, *as_agent, *(f"{k}={v}" for k, v in self.env(env).items()), *inner]
+        root_env = {"PATH": self._image_path, "LANG": "C.UTF-8"}
+        code, out, err, overflow, wall = self._run(argv, env=root_env, workdir=wd, limit=limit, stdin=stdin)
         timed_out = not overflow and ((code == 124 and wall >= limit * 0.95) or wall > limit + 10)
         if overflow:
             err += f"\n[lego: output exceeded {OUTPUT_CAP} bytes on one stream; the command was killed]".encode()

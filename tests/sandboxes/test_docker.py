@@ -203,3 +203,14 @@ def test_every_writable_place_is_capped(client: Any, calc_task: Task) -> None:
             assert "No space left on device" in fill.stderr and int(fill.stdout.split()[0]) <= 64 << 20, (d, fill)
         for d in ("/", "/var/tmp", "/run", "/usr", "/etc"):
             assert box.exec(f"touch {d}/x").exit_code != 0, d
+
+
+def test_callers_environment_reaches_no_root_process(sb: Any) -> None:
+    """A PATH or LD_PRELOAD naming the agent's files applies to the agent's command only."""
+    sb.exec(
+        "mkdir -p /tmp/evil && for t in setpriv env python3; do "
+        "printf '#!/bin/sh\\nid -u > /tmp/evil/ran-as\\n' > /tmp/evil/$t && chmod +x /tmp/evil/$t; done"
+    )
+    got = sb.exec("id -u; echo $LD_PRELOAD", env={"PATH": "/tmp/evil:/usr/bin:/bin", "LD_PRELOAD": "/tmp/evil/x.so"})
+    assert got.stdout.split()[:2] == ["1000", "/tmp/evil/x.so"], got
+    assert sb.exec("test -e /tmp/evil/ran-as").exit_code == 1
