@@ -161,6 +161,14 @@ def _write_weights(
             return
     state = trainer.engine_state_dict() if lora else full_state
     base = trainer.model.get_base_model() if lora else trainer.model  # type: ignore[operator]
+    if state is not None and getattr(base.config, "tie_word_embeddings", False):
+        # A tied model stores one tensor: an lm_head equal to the embedding is its alias, not a copy to save.
+        emb = next((v for k, v in state.items() if k.endswith("embed_tokens.weight")), None)
+        state = {
+            k: v
+            for k, v in state.items()
+            if not (k.endswith("lm_head.weight") and emb is not None and torch.equal(v, emb))
+        }
     base.save_pretrained(out, state_dict=state, safe_serialization=True)  # type: ignore[operator]
     for name in _TOKENIZER_FILES:
         src = trainer.model_dir / name
