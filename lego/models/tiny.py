@@ -157,6 +157,8 @@ def build_tiny_on(
     arch = dict(FAMILY_ARCH)
     if model_type == "gpt_oss":  # a mixture of experts: keep it tiny too
         arch.update(num_local_experts=4, num_experts_per_tok=2, layer_types=["sliding_attention", "full_attention"])
+    if model_type == "qwen3_moe":
+        arch.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=1)
     config = AutoConfig.for_model(
         model_type,
         vocab_size=len(tokenizer),
