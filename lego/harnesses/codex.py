@@ -58,6 +58,9 @@ class CodexHarness(InstalledHarness):
             'approval_policy = "never"',
             'sandbox_mode = "danger-full-access"',
             "check_for_update_on_startup = false",
+            # Hosted web search runs on OpenAI's servers: no proxy can serve it, and a sandboxed agent
+            # has no network anyway. Off, so Codex does not declare a tool the policy could never use.
+            'web_search = "disabled"',
             f"model_context_window = {self.context_window}",
             "",
             "[analytics]",

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lego.proxies.errors import ApiError
 from lego.proxies.service import ChatRequest, ChatResult
-from lego.proxies.wire import IMAGE_PART_TYPES, chunks, refuse, refuse_unknown, sse, text_of_parts
+from lego.proxies.wire import IMAGE_PART_TYPES, chunks, effort_thinking, refuse, refuse_unknown, sse, text_of_parts
 
 __all__ = ["MessagesRequest", "messages_response", "messages_stream", "to_chat_request"]
 
@@ -177,12 +177,13 @@ def _prefill(messages: list[dict[str, Any]]) -> str:
 
 def to_chat_request(req: MessagesRequest) -> ChatRequest:
     refuse_unknown(req.model_extra, ADVISORY_FIELDS)
-    if req.thinking is not None:
-        raise refuse(
-            "thinking", "extended-thinking budgets are not enforced; whether the policy thinks is its template's choice"
-        )
-    if req.output_config and any(v is not None for v in req.output_config.values()):
-        raise refuse("output_config", "output formats and effort levels are not enforced by this proxy")
+    template_kwargs = _thinking(req)
+    config = dict(req.output_config or {})
+    if config.get("format") is not None:
+        raise refuse("output_config.format", "structured output formats are not enforced by this proxy")
+    refuse_unknown({f"output_config.{k}": v for k, v in config.items() if k not in ("format", "effort")}, frozenset())
+    # Claude Code sends effort with adaptive thinking: an explicit thinking switch wins over the effort's.
+    template_kwargs = {**effort_thinking(config.get("effort"), "output_config.effort"), **template_kwargs}
     messages: list[dict[str, Any]] = []
     if req.system:
         messages.append({"role": "system", "content": text_of_parts(req.system, "system")})
@@ -215,7 +216,34 @@ def to_chat_request(req: MessagesRequest) -> ChatRequest:
         model=req.model,
         parallel_tool_calls=parallel,
         prefill=prefill,
+        chat_template_kwargs=template_kwargs,
     )
+
+
+def _thinking(req: MessagesRequest) -> dict[str, Any]:
+    """Extended thinking as the template's switch: ``enabled``/``adaptive`` turn it on, ``disabled`` off
+    (``enable_thinking``, read by hybrid-thinking templates such as Qwen3's). ``budget_tokens`` is, as in
+    the Messages API, a target for how much the model reasons, not a hard cut: the reply as a whole is
+    bounded by ``max_tokens``, and the API's own rule (budget below max_tokens, at least 1024) is checked."""
+    if req.thinking is None:
+        return {}
+    kind = req.thinking.get("type")
+    refuse_unknown(
+        {f"thinking.{k}": v for k, v in req.thinking.items() if k not in ("type", "budget_tokens")}, frozenset()
+    )
+    if kind == "disabled":
+        return {"enable_thinking": False}
+    if kind not in ("enabled", "adaptive"):
+        raise refuse("thinking.type", "use enabled, adaptive or disabled")
+    budget = req.thinking.get("budget_tokens")
+    if kind == "enabled":
+        if not isinstance(budget, int) or budget < 1024:
+            raise ApiError(
+                400, "thinking.budget_tokens: an integer >= 1024 is required", param="thinking.budget_tokens"
+            )
+        if req.max_tokens is not None and budget >= req.max_tokens:
+            raise ApiError(400, "thinking.budget_tokens must be less than max_tokens", param="thinking.budget_tokens")
+    return {"enable_thinking": True}
 
 
 def _input_of(arguments: Any) -> dict[str, Any]:

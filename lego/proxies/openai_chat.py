@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lego.proxies.errors import ApiError
 from lego.proxies.service import ChatRequest, ChatResult
-from lego.proxies.wire import chunks, refuse, refuse_unknown, sse, text_of_parts
+from lego.proxies.wire import chunks, effort_thinking, refuse, refuse_unknown, sse, text_of_parts
 
 __all__ = ["ChatCompletionRequest", "canonical_tools", "chat_response", "chat_stream", "to_chat_request"]
 
@@ -65,6 +65,10 @@ class ChatCompletionRequest(BaseModel):
         None, description="vLLM's extension: passed to the chat template (e.g. enable_thinking)."
     )
     metadata: dict[str, Any] | None = None
+    reasoning_effort: str | None = Field(
+        None,
+        description="Thinking on or off for hybrid-thinking templates (enable_thinking); see wire.effort_thinking.",
+    )
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: dict[str, Any] | None = None
@@ -186,7 +190,10 @@ def to_chat_request(req: ChatCompletionRequest) -> ChatRequest:
         model=req.model,
         logprobs=bool(req.logprobs),
         parallel_tool_calls=req.parallel_tool_calls is not False,
-        chat_template_kwargs=dict(req.chat_template_kwargs or {}),
+        chat_template_kwargs={
+            **effort_thinking(req.reasoning_effort, "reasoning_effort"),
+            **(req.chat_template_kwargs or {}),
+        },
     )
 
 

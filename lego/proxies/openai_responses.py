@@ -24,13 +24,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lego.proxies.errors import ApiError
 from lego.proxies.service import ChatRequest, ChatResult
-from lego.proxies.wire import IMAGE_PART_TYPES, chunks, new_id, refuse, refuse_unknown, sse, text_of_parts
+from lego.proxies.wire import (
+    IMAGE_PART_TYPES,
+    chunks,
+    effort_thinking,
+    new_id,
+    refuse,
+    refuse_unknown,
+    sse,
+    text_of_parts,
+)
 
 __all__ = ["ResponsesRequest", "responses_response", "responses_stream", "to_chat_request"]
 
 
 # Fields that change nothing the policy samples (ids, storage and cache hints): accepted as is.
-ADVISORY_FIELDS = frozenset({"store", "user", "safety_identifier", "service_tier", "prompt_cache_key"})
+ADVISORY_FIELDS = frozenset(
+    {"store", "user", "safety_identifier", "service_tier", "prompt_cache_key", "client_metadata"}
+)
 # ``include`` values: logprobs are honoured; encrypted reasoning is asked for "if any" and we keep none.
 _INCLUDE = frozenset({"message.output_text.logprobs", "reasoning.encrypted_content"})
 
@@ -67,8 +78,14 @@ def _refuse_unsupported(req: ResponsesRequest) -> None:
     for value in req.include or []:
         if value not in _INCLUDE:
             raise refuse("include", f"cannot include {value!r}; supported: {sorted(_INCLUDE)}")
-    if req.reasoning and any(v is not None for v in req.reasoning.values()):
-        raise refuse("reasoning", "reasoning effort and summaries are not controllable; the template decides")
+    if req.reasoning:
+        # The effort switches the template's thinking (to_chat_request); a summary of it is asked for, and
+        # the whole reasoning is what this proxy returns in its reasoning items.
+        refuse_unknown(
+            {f"reasoning.{k}": v for k, v in req.reasoning.items() if k not in ("effort", "summary")}, frozenset()
+        )
+        if req.reasoning.get("summary") not in (None, "auto", "concise", "detailed"):
+            raise refuse("reasoning.summary", "use auto, concise or detailed")
     if req.text:
         fmt = req.text.get("format") or {"type": "text"}
         if fmt.get("type") != "text":
@@ -80,10 +97,28 @@ def _refuse_unsupported(req: ResponsesRequest) -> None:
         raise refuse("background", "background responses are not supported")
 
 
+def _flatten(tools: list[dict[str, Any]] | None) -> list[tuple[str, dict[str, Any]]]:
+    """``(namespace, tool)`` for every tool: a ``namespace`` tool (Codex groups its sub-agent tools so)
+    stands for the function tools it holds, each offered to the model under its own name."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for t in tools or []:
+        if t.get("type") == "namespace" and isinstance(t.get("tools"), list):
+            out.extend((str(t.get("name", "")), member) for member in t["tools"])
+        else:
+            out.append(("", t))
+    return out
+
+
+def _namespaces(tools: list[dict[str, Any]] | None) -> dict[str, str]:
+    """Function name -> the namespace it was declared in (for the function_call items answered)."""
+    return {str(t.get("name")): ns for ns, t in _flatten(tools) if ns}
+
+
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Function tools become canonical tools; hosted tools (web search ...) cannot run here: a 400."""
+    """Function tools (namespaced ones included) become canonical tools; hosted tools (web search ...)
+    cannot run here: a 400."""
     out = []
-    for i, t in enumerate(tools or []):
+    for i, (_, t) in enumerate(_flatten(tools)):
         if t.get("type") != "function":
             raise refuse(f"tools[{i}].type", f"tool type {t.get('type')!r} cannot run here; declare function tools")
         if not isinstance(t.get("name"), str):
@@ -183,10 +218,11 @@ def to_chat_request(req: ResponsesRequest, history: list[dict[str, Any]] | None 
         model=req.model,
         logprobs="message.output_text.logprobs" in (req.include or []),
         parallel_tool_calls=req.parallel_tool_calls is not False,
+        chat_template_kwargs=effort_thinking((req.reasoning or {}).get("effort"), "reasoning.effort"),
     )
 
 
-def _items(res: ChatResult) -> list[dict[str, Any]]:
+def _items(res: ChatResult, namespaces: dict[str, str] | None = None) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if res.reasoning:
         items.append(
@@ -218,6 +254,8 @@ def _items(res: ChatResult) -> list[dict[str, Any]]:
                 "name": c["function"]["name"],
                 "arguments": c["function"]["arguments"],
                 "status": "completed",
+                # a tool declared inside a namespace is answered with it, so the client can dispatch it
+                **({"namespace": ns} if (ns := (namespaces or {}).get(c["function"]["name"])) else {}),
             }
         )
     return items
@@ -236,7 +274,7 @@ def responses_response(
         "error": None,
         "model": model,
         "instructions": req.instructions,
-        "output": _items(res),
+        "output": _items(res, _namespaces(req.tools)),
         "parallel_tool_calls": req.parallel_tool_calls is not False,
         "tool_choice": req.tool_choice or "auto",
         "tools": req.tools or [],

@@ -9,7 +9,7 @@ from typing import Any
 
 from lego.proxies.errors import ApiError
 
-__all__ = ["chunks", "new_id", "refuse", "refuse_unknown", "sse", "text_of_parts"]
+__all__ = ["chunks", "effort_thinking", "new_id", "refuse", "refuse_unknown", "sse", "text_of_parts"]
 
 IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image", "input_audio", "file", "input_file", "document"})
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
@@ -71,3 +71,21 @@ def refuse_unknown(extra: dict[str, Any] | None, advisory: frozenset[str]) -> No
     for name in extra or {}:
         if name not in advisory:
             raise refuse(name, "this proxy does not support this request field")
+
+
+_EFFORT_OFF = frozenset({"none", "minimal"})
+_EFFORT_ON = frozenset({"low", "medium", "high", "xhigh", "max"})
+
+
+def effort_thinking(effort: Any, name: str) -> dict[str, Any]:
+    """A reasoning effort (OpenAI's ``reasoning_effort`` / Responses ``reasoning.effort``) as chat-template
+    kwargs: "none"/"minimal" turn the model's thinking off, "low".."max" on (``enable_thinking``, the
+    switch hybrid-thinking templates such as Qwen3's read); how long the model thinks stays its own
+    choice, within ``max_tokens``. Anything else is a 400 naming ``name``."""
+    if effort is None:
+        return {}
+    if effort in _EFFORT_OFF:
+        return {"enable_thinking": False}
+    if effort in _EFFORT_ON:
+        return {"enable_thinking": True}
+    raise refuse(name, f"unknown effort {effort!r}; use one of {sorted(_EFFORT_OFF | _EFFORT_ON)}")

@@ -180,7 +180,7 @@ def test_logprobs_are_the_recorded_sampled_logprobs(server: ProxyServer) -> None
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"logit_bias": {"5": 10}}, "logit_bias"),
         ({"extra_body": {"min_p": 0.1}}, "min_p"),
-        ({"reasoning_effort": "high"}, "reasoning_effort"),
+        ({"reasoning_effort": "very"}, "reasoning_effort"),
         ({"n": 2}, "n"),
     ],
 )
@@ -245,10 +245,12 @@ def test_anthropic_prefill_is_continued_not_closed(scripted: Any) -> None:
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+        ({"thinking": {"type": "sometimes"}}, "thinking.type"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.budget_tokens"),
         ({"tool_choice": {"type": "sometimes"}}, "tool_choice"),
         ({"container": "c"}, "container"),
-        ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "output_config"),
+        ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "output_config.format"),
+        ({"output_config": {"effort": "enormous"}}, "output_config.effort"),
     ],
 )
 def test_anthropic_options_that_cannot_be_honoured_are_a_400(
@@ -265,7 +267,7 @@ def test_anthropic_options_that_cannot_be_honoured_are_a_400(
         ({"text": {"format": {"type": "json_object"}}}, "text.format"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"reasoning": {"effort": "high"}}, "reasoning"),
+        ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ],
 )
 def test_responses_options_that_cannot_be_honoured_are_a_400(
@@ -332,3 +334,56 @@ def test_tool_choice_is_refused_where_the_tool_call_format_cannot_be_forced(tiny
             with pytest.raises(openai.BadRequestError) as err:
                 oai(srv).chat.completions.create(model="m", messages=USER, tools=[BASH], max_tokens=4, **extra)
             assert err.value.body["param"] == next(iter(extra))
+
+
+@pytest.mark.parametrize(
+    ("api", "extra", "enabled"),
+    [
+        ("chat", {"reasoning_effort": "high"}, True),
+        ("chat", {"reasoning_effort": "none"}, False),
+        ("messages", {"thinking": {"type": "enabled", "budget_tokens": 1024}}, True),
+        ("messages", {"thinking": {"type": "disabled"}}, False),
+        ("messages", {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}, True),  # Claude Code 2.1
+        ("responses", {"reasoning": {"effort": "minimal", "summary": "auto"}}, False),
+        ("responses", {"reasoning": {"effort": "medium"}}, True),
+    ],
+)
+def test_thinking_switches_reach_the_template(api: str, extra: dict[str, Any], enabled: bool) -> None:
+    """What harnesses send about reasoning (Claude Code's ``thinking``, Codex's ``reasoning``) is honoured as
+    the template's ``enable_thinking`` switch, not refused and not dropped."""
+    from lego.proxies import anthropic_messages, openai_chat, openai_responses
+
+    if api == "chat":
+        body: dict[str, Any] = {"model": "m", "messages": USER, **extra}
+        creq = openai_chat.to_chat_request(openai_chat.ChatCompletionRequest.model_validate(body))
+    elif api == "messages":
+        body = {"model": "m", "max_tokens": 2048, "messages": USER, **extra}
+        creq = anthropic_messages.to_chat_request(anthropic_messages.MessagesRequest.model_validate(body))
+    else:
+        body = {"model": "m", "input": "hi", **extra}
+        creq = openai_responses.to_chat_request(openai_responses.ResponsesRequest.model_validate(body))
+    assert creq.chat_template_kwargs == {"enable_thinking": enabled}
+
+
+def test_namespace_tools_are_offered_as_their_functions_and_answered_with_their_namespace() -> None:
+    """Codex declares its sub-agent tools inside a ``namespace`` tool: the model sees each function, and a
+    call to one comes back carrying the namespace it was declared in."""
+    from lego.proxies import openai_responses
+    from lego.proxies.service import ChatResult
+
+    fn = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object", "properties": {}}}
+    body = {"model": "m", "input": "hi", "tools": [{"type": "namespace", "name": "multi_agent_v1", "tools": [fn]}]}
+    req = openai_responses.ResponsesRequest.model_validate(body)
+    creq = openai_responses.to_chat_request(req)
+    assert [t["function"]["name"] for t in creq.tools] == ["spawn_agent"]
+    call = {"id": "c1", "type": "function", "function": {"name": "spawn_agent", "arguments": "{}"}}
+    res = ChatResult(
+        message={"role": "assistant", "content": "", "tool_calls": [call]},
+        reasoning="",
+        finish_reason="tool_calls",
+        prompt_tokens=1,
+        completion_tokens=1,
+        headers={},
+    )
+    (item,) = [o for o in openai_responses.responses_response(res, req, "m")["output"] if o["type"] == "function_call"]
+    assert item["name"] == "spawn_agent" and item["namespace"] == "multi_agent_v1"
