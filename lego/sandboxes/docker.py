@@ -135,6 +135,7 @@ _GIT_ENV = {
 _KILL_ALL = f"""
 import os, sys, time
 def alive():
+    out = []
     for p in os.listdir("/proc"):
         try:
             with open(f"/proc/{{p}}/status") as f:
@@ -142,13 +143,21 @@ def alive():
         except (OSError, ValueError):
             continue
         if fields.get("Uid", "").split()[:1] == ["{AGENT_UID}"] and fields.get("State", "").split()[:1] != ["Z"]:
-            return True
-    return False
+            out.append(int(p))
+    return out
 deadline = time.monotonic() + 20
-while alive():
+while left := alive():
     if time.monotonic() > deadline:
         sys.exit("processes of uid {AGENT_UID} survived 20 s of SIGKILL")
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # the pids limit is full (a fork bomb): one by one, which frees slots
+        for p in left:
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+        continue
     if pid == 0:
         try:
             os.setgroups([])
@@ -262,6 +271,40 @@ for _ in range(1000):
 _, status = os.waitpid(main, 0)
 code = os.waitstatus_to_exitcode(status)
 os._exit(124 if timed_out is None else (code if code >= 0 else 128 - code))
+"""
+
+
+# The container's main process (tini's child), as root: on SIGUSR1 it SIGKILLs every process of
+# the agent's uid, one by one, until none is left. It needs no new process, so it works when the
+# agent's processes hold every slot of the pids limit and no command (not even lego's) can start.
+_KEEPER = f"""
+import os, signal, time
+def agents():
+    out = []
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{{p}}/status") as f:
+                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
+        except (OSError, ValueError):
+            continue
+        if fields.get("Uid", "").split()[:1] == ["{AGENT_UID}"] and fields.get("State", "").split()[:1] != ["Z"]:
+            out.append(int(p))
+    return out
+def kill_all(*_):
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        left = agents()
+        if not left:
+            return
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.002)
+signal.signal(signal.SIGUSR1, kill_all)
+while True:
+    signal.pause()
 """
 
 
@@ -416,7 +459,7 @@ class DockerSandbox:
                 self.repo_dir = str(task.metadata.get("repo_dir", "/testbed"))
             self.container = self.client.containers.run(
                 image,
-                command=["sleep", "infinity"],
+                command=[str(self.runtime.python), "-I", "-S", "-c", _KEEPER],
                 entrypoint=[],
                 init=True,
                 detach=True,
@@ -723,12 +766,23 @@ class DockerSandbox:
         container anyway) are untouched."""
         if self._closed or self.container is None:
             return
-        code, _, err, _, _ = self._run(
-            [str(self.runtime.python), "-I", "-S", "-c", _KILL_ALL],
-            env={"PATH": self._image_path},
-            workdir="/",
-            limit=30,
-        )
+        with contextlib.suppress(Exception):  # the keeper's pass first: it needs no free pid
+            self.container.kill(signal="SIGUSR1")
+        for _ in range(50):
+            try:
+                code, out, err, _, _ = self._run(
+                    [str(self.runtime.python), "-I", "-S", "-c", _KILL_ALL],
+                    env={"PATH": self._image_path},
+                    workdir="/",
+                    limit=30,
+                )
+            except SandboxError:
+                code, out, err = 126, b"OCI runtime exec failed", b""
+            if not (code == 126 and b"OCI runtime exec failed" in out + err):
+                break
+            time.sleep(0.1)  # no free pid yet: the keeper is still freeing them
+        else:
+            raise SandboxError(f"sandbox {self.id}: no command could start to kill the agent's processes")
         if code != 0:
             raise SandboxError(
                 f"sandbox {self.id}: the agent's processes did not die: {err.decode(errors='replace').strip()}"

@@ -214,3 +214,15 @@ def test_callers_environment_reaches_no_root_process(sb: Any) -> None:
     got = sb.exec("id -u; echo $LD_PRELOAD", env={"PATH": "/tmp/evil:/usr/bin:/bin", "LD_PRELOAD": "/tmp/evil/x.so"})
     assert got.stdout.split()[:2] == ["1000", "/tmp/evil/x.so"], got
     assert sb.exec("test -e /tmp/evil/ran-as").exit_code == 1
+
+
+def test_kill_agent_processes_when_they_hold_every_pid(sb: Any) -> None:
+    """Sleepers fork until the pids limit refuses more (setsid, so no process group holds them): all die."""
+    bomb = (
+        "import os, time\nn = 0\nwhile True:\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+        "    if pid == 0:\n        os.setsid()\n        time.sleep(1000)\n        os._exit(0)\n    n += 1\nprint('filled', n)"
+    )
+    assert "filled" in sb.exec(["python3", "-c", bomb]).stdout
+    sb.kill_agent_processes()
+    assert sb.exec("echo alive").stdout == "alive\n"
+    assert "sleep(1000)" not in sb.exec("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
