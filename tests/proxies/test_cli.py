@@ -20,27 +20,22 @@ def _as_background_job() -> None:
 
 
 @pytest.mark.parametrize(
-    "sig, preexec",
-    [(signal.SIGINT, None), (signal.SIGINT, _as_background_job), (signal.SIGTERM, None)],
-    ids=["ctrl-c", "ctrl-c-inherited-ignore", "sigterm"],
+    "sig, preexec, from_config",
+    [(signal.SIGINT, None, False), (signal.SIGINT, _as_background_job, False), (signal.SIGTERM, None, True)],
+    ids=["ctrl-c", "ctrl-c-inherited-ignore", "sigterm-config-file"],
 )
 def test_lego_proxy_prints_urls_serves_and_stops_on_signal(
-    tiny_model_dir: Path, sig: signal.Signals, preexec: Callable[[], None] | None
+    tiny_model_dir: Path, tmp_path: Path, sig: signal.Signals, preexec: Callable[[], None] | None, from_config: bool
 ) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "lego.conductor.cli.main",
-        "proxy",
-        "--model",
-        str(tiny_model_dir),
-        "--port",
-        "0",
-        "--device",
-        "cpu",
-        "--model-port",
-        "0",
-    ]
+    cmd = [sys.executable, "-m", "lego.conductor.cli.main", "proxy", "--model-port", "0"]
+    if from_config:  # the same settings as one config file and -o, like every lego command
+        cfg = tmp_path / "proxy.toml"
+        cfg.write_text(
+            f'[engine]\nmodel = "{tiny_model_dir}"\ndevice = "cpu"\n\n[proxy]\nserved_model_name = "from-file"\n'
+        )
+        cmd += [str(cfg), "-o", "proxy.port=0"]
+    else:
+        cmd += ["--model", str(tiny_model_dir), "--port", "0", "--device", "cpu"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec)
     try:
         urls: dict[str, str] = {}
@@ -59,6 +54,8 @@ def test_lego_proxy_prints_urls_serves_and_stops_on_signal(
             json={"model": "claude-x", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]},
         )
         assert r.status_code == 200 and r.json()["usage"]["output_tokens"] >= 1
+        served = httpx.get(f"{urls['OpenAI']}/models").json()["data"][0]["id"]
+        assert served == ("from-file" if from_config else "lego-policy")
         # an agent's way in: a session opened on the control face, its token on the model face
         root = urls["Anthropic"]
         token = httpx.post(f"{root}/s/job", json={"max_turns": 3}).json()["token"]

@@ -16,35 +16,31 @@ import threading
 
 import click
 
-from lego.config import EngineConfig, ProxyConfig
+from lego.conductor.cli.basic import flag_overrides, override_option
 from lego.proxies.server import ProxyServer
 
 __all__ = ["proxy"]
 
 
+_DEFAULT_PORT = 8100
+"""The port `lego proxy` binds when neither a flag, -o nor the config file names one."""
+
+
 @click.command("proxy")
+@click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
+@override_option("-o engine.model=/path/to/model -o proxy.port=8200")
+@click.option("--model", default=None, help="Shortcut for engine.model: an HF model directory, or 'default'.")
+@click.option("--engine", "engine_kind", type=click.Choice(["transformers", "vllm"]), default=None, help="engine.kind")
+@click.option("--host", default=None, help="proxy.host (default 127.0.0.1); a non-loopback address needs --api-key.")
 @click.option(
-    "--model",
-    "model",
-    default="default",
-    show_default=True,
-    help="HF model directory (its chat template and tokenizer), or 'default'.",
+    "--port", type=click.IntRange(0, 65535), default=None, help=f"proxy.port (default {_DEFAULT_PORT}; 0: a free one)."
 )
-@click.option(
-    "--engine", "engine_kind", type=click.Choice(["transformers", "vllm"]), default="transformers", show_default=True
-)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; non-loopback needs --api-key.")
-@click.option(
-    "--port", type=click.IntRange(0, 65535), default=8100, show_default=True, help="TCP port (0: pick a free one)."
-)
-@click.option(
-    "--uds", type=click.Path(dir_okay=False), default=None, help="Serve on this Unix socket instead of a TCP port."
-)
+@click.option("--uds", type=click.Path(dir_okay=False), default=None, help="proxy.uds: a Unix socket instead of TCP.")
 @click.option(
     "--api-key",
     envvar="LEGO_PROXY_API_KEY",
     default=None,
-    help="Require this key on every route (env LEGO_PROXY_API_KEY).",
+    help="proxy.api_key: required on every route of the control face (env LEGO_PROXY_API_KEY).",
 )
 @click.option(
     "--model-uds",
@@ -56,77 +52,94 @@ __all__ = ["proxy"]
     "--model-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Also serve the model face on this TCP port of --host (0: pick a free one).",
+    help="Also serve the model face on this TCP port of the host (0: pick a free one).",
 )
-@click.option("--vllm-url", default=None, help="Base URL of `vllm serve` (with --engine vllm).")
+@click.option("--vllm-url", default=None, help="engine.vllm_url: base URL of `vllm serve` (with --engine vllm).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="engine.device")
 @click.option(
-    "--device",
-    type=click.Choice(["auto", "cpu", "cuda"]),
-    default="auto",
-    show_default=True,
-    help="transformers engine device.",
+    "--max-model-len", type=click.IntRange(16), default=None, help="engine.max_model_len (default: the model's)."
 )
+@click.option("--served-model-name", default=None, help="proxy.served_model_name (any name is accepted in requests).")
 @click.option(
-    "--max-model-len", type=click.IntRange(16), default=None, help="Context window (default: the model's own)."
+    "--strict", is_flag=True, default=None, help="proxy.strict_sessions: 404 for sessions not opened explicitly."
 )
-@click.option(
-    "--served-model-name",
-    default="lego-policy",
-    show_default=True,
-    help="Name listed by /v1/models (any name is accepted in requests).",
-)
-@click.option("--strict", is_flag=True, help="Answer 404 for sessions not opened explicitly.")
 @click.option(
     "--chat-template",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="A Jinja chat template that replaces the model's own (gpt-oss ships none; needed for tool use when "
-    "the model's template cannot express tools).",
+    help="engine.chat_template: a Jinja template that replaces the model's own (gpt-oss ships none; needed for "
+    "tool use when the model's template cannot express tools).",
 )
-@click.option("--tool-parser", default=None, help="Tool-call format (default: read from the chat template).")
+@click.option("--tool-parser", default=None, help="engine.tool_parser (default: read from the chat template).")
 def proxy(
-    model: str,
-    engine_kind: str,
-    host: str,
-    port: int,
+    config: str | None,
+    overrides: tuple[str, ...],
+    model: str | None,
+    engine_kind: str | None,
+    host: str | None,
+    port: int | None,
     uds: str | None,
     api_key: str | None,
     model_uds: str | None,
     model_port: int | None,
     vllm_url: str | None,
-    device: str,
+    device: str | None,
     max_model_len: int | None,
-    served_model_name: str,
-    strict: bool,
+    served_model_name: str | None,
+    strict: bool | None,
     chat_template: str | None,
     tool_parser: str | None,
 ) -> None:
-    """Serve MODEL behind OpenAI chat, Anthropic messages and OpenAI responses endpoints."""
+    """Serve a policy behind OpenAI chat, Anthropic messages and OpenAI responses endpoints.
+
+    Reads CONFIG (default: the shipped config) and its `engine` and `proxy` sections, like every lego
+    command; `-o key.sub=value` overrides any field, and each flag is a shortcut for one field that
+    wins over `-o` for that field. `lego config show --doc` lists the fields.
+    """
+    from lego.config import load_config
+    from lego.errors import ConfigError
     from lego.proxies.server import is_loopback
 
-    if uds is None and not is_loopback(host) and not api_key:
+    flags = {
+        "engine.model": model,
+        "engine.kind": engine_kind,
+        "engine.vllm_url": vllm_url,
+        "engine.device": device,
+        "engine.max_model_len": max_model_len,
+        "engine.chat_template": chat_template,
+        "engine.tool_parser": tool_parser,
+        "proxy.host": host,
+        "proxy.port": port,
+        "proxy.uds": uds,
+        "proxy.api_key": api_key,
+        "proxy.served_model_name": served_model_name,
+        "proxy.strict_sessions": strict,
+    }
+    given = [*overrides, *flag_overrides(flags)]
+    try:
+        cfg = load_config(config, given)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    pcfg = cfg.proxy
+    if port is None and config is None and not any(o.startswith("proxy.port=") for o in overrides) and pcfg.port == 0:
+        pcfg = pcfg.model_copy(update={"port": _DEFAULT_PORT})
+    if pcfg.uds is None and not is_loopback(pcfg.host) and not pcfg.api_key:
         raise click.UsageError(
-            f"--host {host} is not a loopback address: anyone who can reach it could use the policy; "
+            f"--host {pcfg.host} is not a loopback address: anyone who can reach it could use the policy; "
             "pass --api-key KEY (clients send it as their API key), or bind 127.0.0.1"
         )
     from lego.engines import build_engine
     from lego.models.chat import ChatFormat
     from lego.models.tiny import resolve_model
 
-    # EngineConfig validates the engine settings (vllm without a URL names the fix) and
-    # build_engine is the one place engines are built.
-    engine = build_engine(
-        EngineConfig(kind=engine_kind, model=model, device=device, max_model_len=max_model_len, vllm_url=vllm_url)  # type: ignore[arg-type]
-    )
-    chat_format = ChatFormat.from_pretrained(resolve_model(model), chat_template, tool_parser)
-    config = ProxyConfig(
-        host=host, port=port, uds=uds, api_key=api_key, served_model_name=served_model_name, strict_sessions=strict
-    )
-    server = ProxyServer(engine, chat_format, config, model_uds=model_uds)
+    ecfg = cfg.engine
+    engine = build_engine(ecfg)  # the one place engines are built
+    chat_format = ChatFormat.from_pretrained(resolve_model(ecfg.model), ecfg.chat_template, ecfg.tool_parser)
+    server = ProxyServer(engine, chat_format, pcfg, model_uds=model_uds)
     server.start()
     root = server.root_url
-    where = f"unix socket {uds}" if uds else root
-    click.echo(f"lego proxy serving {model} ({engine_kind}) on {where}")
+    where = f"unix socket {pcfg.uds}" if pcfg.uds else root
+    click.echo(f"lego proxy serving {ecfg.model} ({ecfg.kind}) on {where}")
     click.echo("control face (yours: sessions, trajectories):")
     click.echo(f"  OpenAI base URL:     {server.base_url}")
     click.echo(f"  Anthropic base URL:  {server.anthropic_base_url}")
@@ -135,8 +148,8 @@ def proxy(
     click.echo("model face (an agent's: its own session's model routes, the token as its API key):")
     click.echo(f"  unix socket:         {server.model_uds}")
     if model_port is not None:
-        bound = server.listen_tcp(host, model_port)
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else (f"[{host}]" if ":" in host else host)
+        bound = server.listen_tcp(pcfg.host, model_port)
+        shown = "127.0.0.1" if pcfg.host in ("0.0.0.0", "") else (f"[{pcfg.host}]" if ":" in pcfg.host else pcfg.host)
         model_root = f"http://{shown}:{bound}"
         click.echo(f"  model base URL:      {model_root}/s/<session>/v1")
     click.echo("Ctrl-C to stop.")
