@@ -29,6 +29,7 @@ the client's messages in full and seals the segment where the rendering is not a
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,7 @@ class ChatFormat:
                 eos.append(int(tid))
         self.eos_token_ids: list[int] = eos
         self.supports_tools: bool = self._probe_tools()
+        self.prefix_stable: bool = self._probe_prefix_stable()
 
     @property
     def im_end_id(self) -> int:
@@ -203,6 +205,30 @@ class ChatFormat:
         except ChatFormatError:
             return False
         return schema and call
+
+    def _probe_prefix_stable(self) -> bool:
+        """Whether rendering ``messages[:k]`` is a prefix of rendering ``messages[:k+1]`` on a probe
+        conversation with reasoning, a tool call and a second query (Qwen3's template is not: it
+        strips earlier reasoning when a new user query arrives). A probe, not a proof: the recorder
+        uses it only to skip re-rendering history it would otherwise check in full."""
+        tools = [_PROBE_TOOL] if self.supports_tools else None
+        first: dict[str, Any] = {"role": "assistant", "content": "a1", "reasoning_content": "r1"}
+        convo: Messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}]
+        if tools:
+            first = {**first, **{k: v for k, v in _PROBE_CALL.items() if k == "tool_calls"}}
+            convo += [first, {"role": "tool", "tool_call_id": "call_probe", "content": "t1"}]
+        else:
+            convo.append(first)
+        convo += [
+            {"role": "assistant", "content": "a2", "reasoning_content": "r2"},
+            {"role": "user", "content": "u2"},
+            {"role": "assistant", "content": "a3", "reasoning_content": "r3"},
+        ]
+        try:
+            texts = [self.render_text(convo[:k], tools, check_tools=False) for k in range(2, len(convo) + 1)]
+        except ChatFormatError:
+            return False
+        return all(b.startswith(a) for a, b in itertools.pairwise(texts))
 
     def check_tools(self, tools: Tools) -> None:
         """Refuse tool use with a template that would silently drop the tools."""

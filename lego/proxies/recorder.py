@@ -108,6 +108,7 @@ class ChatTemplate(Protocol):
 
     end_of_turn_id: int
     eos_token_ids: list[int]
+    prefix_stable: bool  # rendering messages[:k] is a prefix of rendering messages[:k+1] (probed)
 
     def render_text(
         self,
@@ -148,6 +149,18 @@ def _plain_system(messages: list[Message]) -> str:
     if isinstance(c, list):
         return "\n".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
     return c if isinstance(c, str) else ""
+
+
+def _arguments(call: dict[str, Any]) -> Any:
+    """A tool call's (name, arguments) with JSON-string arguments decoded, as templates see them."""
+    fn = call.get("function") or {}
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass  # rendering refuses it later, with the message's index
+    return fn.get("name"), args
 
 
 def _tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
@@ -396,9 +409,13 @@ class SessionRecorder:
         th = self.threads.get(key) or Thread(key=key)
         k = self._matched_prefix(th, messages, tools, kwargs)
         self._kwargs = kwargs
-        if self.reasoning_history == "template":
+        if self.reasoning_history == "template" and not (
+            self.template.prefix_stable and self._client_renders_ours(th, messages, k)
+        ):
             return self._prepare_full(th, messages, tools, k)
-        # keep: matched assistant turns are rendered as the proxy returned them (their tokens are spliced).
+        # keep (or template where the client's turns render exactly as ours, with a prefix-stable
+        # template: the same text, rendered in O(new messages)): matched assistant turns are
+        # rendered as the proxy returned them (their tokens are spliced).
         messages = [th.generated[i].message if i < k and i in th.generated else m for i, m in enumerate(messages)]
         seg = th.seg
         encode = self.template.encode
@@ -422,6 +439,23 @@ class SessionRecorder:
                 return call
 
         return self._prepare_full(th, messages, tools, k)
+
+    @staticmethod
+    def _client_renders_ours(th: Thread, messages: list[Message], k: int) -> bool:
+        """Whether every matched assistant turn, as the client sent it, carries what the proxy
+        returned: the same content, reasoning (absent and empty alike) and call arguments."""
+        for i, turn in th.generated.items():
+            if i >= k:
+                continue
+            mine, theirs = turn.message, messages[i]
+            if (mine.get("content") or "") != (theirs.get("content") or ""):
+                return False
+            if (mine.get("reasoning_content") or "") != (theirs.get("reasoning_content") or ""):
+                return False
+            mine_args = [_arguments(c) for c in mine.get("tool_calls") or []]
+            if mine_args != [_arguments(c) for c in theirs.get("tool_calls") or []]:
+                return False
+        return True
 
     def _render(self, messages: list[Message], tools: list[dict[str, Any]], gen: bool) -> str:
         return self.template.render_text(
@@ -589,10 +623,10 @@ class SessionRecorder:
 
     def _assistant_text(self, snapshot: list[Message], tools: list[dict[str, Any]], text_m: str) -> str:
         """The rendered text of the last message of ``snapshot`` (an assistant turn): windowed in
-        ``keep`` mode, from the whole conversation in ``template`` mode (templates that look at
-        the whole history, such as Qwen3's, render the last turn differently in a window), where
-        ``text_m`` (the rendering of the messages before it) is already known."""
-        if self.reasoning_history == "keep":
+        ``keep`` mode or with a prefix-stable template, else from the whole conversation (templates
+        that look at the whole history, such as Qwen3's, render the last turn differently in a
+        window), where ``text_m`` (the rendering of the messages before it) is already known."""
+        if self.reasoning_history == "keep" or self.template.prefix_stable:
             window = [snapshot[0]] if len(snapshot) >= 3 and snapshot[0].get("role") in ("system", "developer") else []
             window.append(snapshot[-2])
             base = self._render(window, tools, False)

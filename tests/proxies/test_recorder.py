@@ -187,3 +187,26 @@ def test_a_main_thread_declared_by_tool_names_ignores_threads_without_them(chat_
 def test_an_empty_main_thread_declaration_is_refused() -> None:
     with pytest.raises(ValidationError, match="system_contains or tool_names"):
         MainThreadSpec()
+
+
+@pytest.mark.parametrize("client_keeps_reasoning", [True, False])
+def test_template_policy_on_a_prefix_stable_template(chat_format: Any, client_keeps_reasoning: bool) -> None:
+    """lego's own template is prefix-stable: a client that sends every turn back as returned extends
+    one segment in O(new messages); one that drops reasoning_content gets what the template makes
+    of that, a new segment each time the history loses reasoning. Either way every engine prompt is
+    the template's rendering of the client's messages."""
+    assert chat_format.prefix_stable
+    rec = SessionRecorder(chat_format, reasoning_history="template")
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    for i in range(4):
+        text = f'<think>\nstep {i}\n</think>\n\n<tool_call>\n{{"name": "bash", "arguments": {{"cmd": "ls {i}"}}}}\n</tool_call><|im_end|>'
+        call, msg = _turn(rec, chat_format, messages, text, salt=str(i))
+        assert call.prompt_ids == chat_format.render(messages, TOOLS, add_generation_prompt=True)
+        echoed = msg if client_keeps_reasoning else {k: v for k, v in msg.items() if k != "reasoning_content"}
+        messages += [echoed, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": f"f{i}"}]
+    counters = rec.summary_counters()
+    if client_keeps_reasoning:
+        assert counters["segments"] == 1 and counters["reasoning_seals"] == 0
+    else:
+        assert counters["segments"] == 4 and counters["reasoning_seals"] == 3 and counters["reprefill_tokens"] > 0
+    assert counters["template_unstable"] == 0
