@@ -136,7 +136,7 @@ def test_an_unreachable_proxy_is_a_labelled_failure_not_a_crash(
 def test_without_ray_the_backend_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 
-    from lego import ray_rollout
+    from lego.conductor import ray_rollout
 
     real_import = builtins.__import__
 
