@@ -34,9 +34,10 @@ and the red-team suite (tests/redteam) runs its backend-dependent attacks on thi
   command and every descendant at the deadline, and when the command ends stops what it left
   running before that end is visible (so a daemon cannot act between the harness returning and
   lego killing it); an output flood past ``OUTPUT_CAP`` or a command outliving its deadline by
-  10 s kills every agent process. :meth:`DockerSandbox.kill_agent_processes` kills every process of uid 1000
-  (daemons included) with ``kill(-1, SIGKILL)`` from a uid-1000 child of a root loop that repeats
-  until none is left.
+  10 s kills every agent process. :meth:`DockerSandbox.kill_agent_processes` kills every process
+  of uid 1000 (daemons and stopped ones included): first the container's main process (a root
+  keeper under tini, :data:`_KEEPER`) is signalled and SIGKILLs them one by one, which needs no
+  free pid; then a root loop sends ``kill(-1, SIGKILL)`` from a uid-1000 child until none is left.
 * Network: ``network_mode="none"``: only ``lo``. With a proxy socket, a second container (the
   *bridge*) joins the sandbox's network namespace only, with the socket bind-mounted at
   ``/run/lego/proxy.sock``, and runs ``socat TCP-LISTEN:<port>,bind=127.0.0.1,fork
