@@ -13,6 +13,7 @@ BENCHES = {
     "sandbox": "lego.conductor.bench.sandbox:command",
     "trainer": "lego.conductor.bench.trainer:command",
     "learn": "lego.conductor.bench.learn:command",
+    "reasoning": "lego.conductor.bench.reasoning:command",
 }
 
 
