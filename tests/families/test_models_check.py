@@ -33,3 +33,14 @@ def test_a_template_without_tools_is_a_problem_with_its_fix(tmp_path: Path) -> N
     result = CliRunner().invoke(models_group, ["check", str(out), "--chat-template", str(template)])
     assert result.exit_code == 0, result.output
     assert "llama3_json (supported)" in result.output and "<|eot_id|>" in result.output
+
+
+def test_build_tiny_on_a_real_tokenizer_with_a_supplied_template(tmp_path: Path) -> None:
+    f = require(family("gpt-oss"))
+    template = tmp_path / "harmony.jinja"
+    template.write_text(f.template() or "", encoding="utf-8")
+    args = ["build-tiny-on", str(f.tokenizer_dir()), str(tmp_path / "m"), "--model-type", f.model_type]
+    result = CliRunner().invoke(models_group, [*args, "--chat-template", str(template)])
+    assert result.exit_code == 0, result.output
+    assert "GptOssForCausalLM" in result.output and "harmony (supported)" in result.output
+    assert "<|call|> (200012), <|return|> (200002)" in result.output

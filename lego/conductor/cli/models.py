@@ -67,6 +67,37 @@ def build_tiny_cmd(out_dir: Path, seed: int, tool_format: str) -> None:
     click.echo(f'try: lego generate --model {path} "hello"')
 
 
+@models_group.command("build-tiny-on")
+@click.argument("tokenizer_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--model-type",
+    default="qwen3",
+    show_default=True,
+    help="transformers architecture: qwen3, qwen3_moe, llama, gpt_oss, deepseek_v3, ...",
+)
+@click.option("--seed", default=0, show_default=True, help="Weight-initialisation seed.")
+@click.option(
+    "--chat-template",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A Jinja template stored with the tokenizer (gpt-oss ships none).",
+)
+def build_tiny_on_cmd(
+    tokenizer_dir: Path, out_dir: Path, model_type: str, seed: int, chat_template: Path | None
+) -> None:
+    """Build a random-weight tiny MODEL_TYPE model on a real tokenizer (TOKENIZER_DIR holds
+    tokenizer.json and tokenizer_config.json), to exercise a model family end to end on a CPU."""
+    from lego.models.check import check_model_dir
+    from lego.models.tiny import build_tiny_on
+
+    _quiet_transformers()
+    template = chat_template.read_text(encoding="utf-8") if chat_template else None
+    path = build_tiny_on(tokenizer_dir, out_dir, model_type, seed, template)
+    click.echo(f"built {path}")
+    click.echo(check_model_dir(path).render())
+
+
 @models_group.command("import")
 @click.argument("gguf_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
