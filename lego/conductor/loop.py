@@ -15,6 +15,14 @@ Run directory (everything written atomically; ``--resume`` continues after the l
 
     config.toml  metrics.jsonl  trajectories/step_NNNN/*.json  checkpoints/step_NNNNNN/  report.html
 
+Steps are numbered from 1 everywhere: the console's ``step 5/20``, ``checkpoints/step_000005``,
+``trajectories/step_0005`` and ``"step": 5`` in ``metrics.jsonl`` are the same step.
+
+Ctrl-C: rollouts run on a worker thread so the main thread sees the interrupt at once; it stops the
+proxy (every in-flight harness's next model call fails, so nothing new is sampled), makes sure the
+last finished step has a checkpoint and raises :class:`TrainingInterrupted`, which the CLI reports
+as "saved step N; continue with `lego train --resume`".
+
 Crash safety: a step's checkpoint (which carries the step's metrics line) is written before the
 line is appended to ``metrics.jsonl``; on resume the file is reconciled against the checkpoint, so
 no step is lost or counted twice whatever the moment of the kill.
@@ -26,10 +34,14 @@ import hashlib
 import json
 import random
 import shutil
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +59,20 @@ from lego.errors import ConfigError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from lego.types import INFRA_LABELS, StepMetrics, Task, Trajectory
 
-__all__ = ["RunDir", "step_metrics", "train"]
+__all__ = ["RunDir", "TrainingInterrupted", "step_metrics", "train"]
 
 KEEP_CHECKPOINTS = 2
+CLOSE_WAIT_S = 5.0
+"""On Ctrl-C, how long to wait for the proxy and engine to close before leaving them to the process exit."""
+
+
+class TrainingInterrupted(Exception):
+    """Ctrl-C during ``lego train``: ``saved_step`` is the last step with a checkpoint (0: none)."""
+
+    def __init__(self, run_dir: Path, saved_step: int) -> None:
+        super().__init__(f"interrupted; saved step {saved_step} in {run_dir}")
+        self.run_dir = run_dir
+        self.saved_step = saved_step
 
 
 @dataclass(frozen=True)
@@ -66,8 +89,9 @@ class RunDir:
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
 
-    def trajectories(self, step: int) -> Path:
-        return self.root / "trajectories" / f"step_{step:04d}"
+    def trajectories(self, number: int) -> Path:
+        """Trajectories of step ``number`` (1-based, as the console and checkpoints count)."""
+        return self.root / "trajectories" / f"step_{number:04d}"
 
     def has_history(self) -> bool:
         return self.metrics.exists() or (self.root / "checkpoints").exists()
@@ -146,6 +170,11 @@ def _prepare_run(cfg: LegoConfig, resume: bool) -> tuple[RunDir, Path | None]:
     run = RunDir(Path(cfg.training.out_dir))
     ckpt = load_latest(run.root) if resume else None
     if resume:
+        if not run.has_history():
+            raise ConfigError(
+                f"--resume: training.out_dir={run.root} holds no run to continue (no metrics.jsonl, no checkpoints/); "
+                "drop --resume to start one there, or point -o training.out_dir=DIR at an existing run"
+            )
         if run.config.exists():
             import tomllib
 
@@ -164,9 +193,9 @@ def _prepare_run(cfg: LegoConfig, resume: bool) -> tuple[RunDir, Path | None]:
 
 
 def _reconcile_metrics(run: RunDir, done_steps: int, last_line: dict[str, Any] | None) -> None:
-    """Keep exactly the lines of completed steps 0..done_steps-1 (the last from the checkpoint if the kill lost it)."""
-    lines = [ln for ln in read_jsonl(run.metrics) if int(ln.get("step", -1)) < done_steps]
-    if last_line is not None and done_steps > 0 and not any(int(ln["step"]) == done_steps - 1 for ln in lines):
+    """Keep exactly the lines of completed steps 1..done_steps (the last from the checkpoint if the kill lost it)."""
+    lines = [ln for ln in read_jsonl(run.metrics) if 1 <= int(ln.get("step", 0)) <= done_steps]
+    if last_line is not None and done_steps > 0 and not any(int(ln["step"]) == done_steps for ln in lines):
         lines.append(last_line)
     atomic_write_text(run.metrics, "".join(json.dumps(ln) + "\n" for ln in lines))
 
@@ -241,8 +270,22 @@ def _rollouts(
     ) as bar:
         tid = bar.add_task("rollouts", total=len(jobs), last="")
 
+        finished = 0
+        count_lock = threading.Lock()
+
         def done(_: int, t: Trajectory) -> None:
+            nonlocal finished
             bar.update(tid, advance=1, last=f"{t.task_id}: {t.termination} r={t.reward}")
+            if not console.is_terminal:  # the bar is invisible in a log file: one plain line per rollout
+                with count_lock:
+                    finished += 1
+                    n = finished
+                console.print(
+                    f"step {step + 1} rollout {n}/{len(jobs)}: {t.task_id} {t.harness} {t.termination} "
+                    f"reward {t.reward}",
+                    soft_wrap=True,
+                    highlight=False,
+                )
 
         trajs = run_many(jobs, cfg.training.concurrency, on_done=done)
         for _ in range(cfg.training.retry_infra):
@@ -255,6 +298,34 @@ def _rollouts(
                 t.metadata["attempts"] = 2
                 trajs[i] = t
     return trajs
+
+
+def _status(console: Console, text: str) -> Any:
+    """A spinner on a terminal; off one (a log file) a plain line, since a spinner there prints nothing."""
+    if not console.is_terminal:
+        console.print(f"{text} ...", soft_wrap=True, highlight=False)
+    return console.status(text)
+
+
+def _wait_interruptibly(fn: Callable[[], list[Trajectory]]) -> list[Trajectory]:
+    """Run ``fn`` on a worker thread; the main thread waits in short slices so Ctrl-C lands at once.
+
+    The pool is not a ``with`` block: on Ctrl-C the caller must not wait for the rollouts to end."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollouts")
+    future = pool.submit(fn)
+    pool.shutdown(wait=False)
+    while True:
+        try:
+            return future.result(timeout=0.2)
+        except FutureTimeout:
+            continue
+
+
+def _close_within(close: Callable[[], None], seconds: float) -> None:
+    """Call ``close`` but give up waiting after ``seconds`` (a harness mid-request may hold it up)."""
+    worker = threading.Thread(target=close, name="close-policy", daemon=True)
+    worker.start()
+    worker.join(seconds)
 
 
 def validate(runner: RolloutRunner, cfg: LegoConfig, tasks: Sequence[Task], out_dir: Path) -> dict[str, float]:
@@ -302,7 +373,7 @@ def train(
     console = console or Console()
     run, ckpt = _prepare_run(cfg, resume)
     t_setup = time.monotonic()
-    with console.status("loading the policy, the trainer and the tasks"):
+    with _status(console, "loading the policy, the trainer and the tasks"):
         tasks, prepare = _load_tasks(cfg, cfg.tasks.split, lazy=True)
         trainer = Trainer.from_config(cfg)
         last_line = None
@@ -312,10 +383,14 @@ def train(
         _reconcile_metrics(run, trainer.step_count, last_line)
         policy = Policy.start(cfg.engine, cfg.proxy, name="policy")
     weights: WeightSync | None = None
+    interrupted = False
+    saved_step = trainer.step_count
     try:
         weights = build_weight_sync(cfg.engine, policy.engine)  # engine.kind picks how weights travel
+        # policy/version counts weight updates over the whole run: the engine restarts at 0 on resume
+        version_base = 0
         if trainer.step_count:
-            weights.push(trainer)
+            version_base = trainer.step_count - weights.push(trainer)
             console.print(f"resumed {run.root} after step {trainer.step_count} ({ckpt})")
         ready = (
             f"ready in {time.monotonic() - t_setup:.1f}s: {len(tasks)} {cfg.tasks.split} tasks, "
@@ -331,11 +406,17 @@ def train(
                 cfg.tasks.eval_split,
             )
         for step in range(trainer.step_count, cfg.training.steps):
+            # ``step`` counts from 0 (seeds, task order); what is written and shown is ``step + 1``
             t0 = time.monotonic()
-            step_dir = run.trajectories(step)
+            step_dir = run.trajectories(step + 1)
             shutil.rmtree(step_dir, ignore_errors=True)  # a step killed midway is redone from scratch
             picked = _step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
-            trajs = _rollouts(runner, cfg, [prepare(t) for t in picked], step, console)
+            try:
+                ready_tasks = [prepare(t) for t in picked]
+                trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console))
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
             t_roll = time.monotonic() - t0
             for i, t in enumerate(trajs):
                 atomic_write_text(step_dir / f"{i:03d}-{t.task_id}.json", t.model_dump_json())
@@ -355,16 +436,16 @@ def train(
                     "perf/rollout_s": t_roll,
                     "perf/rollout_tokens_per_s": sampled / t_roll if t_roll else 0.0,
                     "perf/step_s": time.monotonic() - t0,
-                    "policy/version": float(version),
+                    "policy/version": float(version + version_base),
                     "train/groups_with_signal": float(sum(1 for a in advantages if a != 0.0)),
                 }
             )
             if cfg.training.eval_every and (
                 (step + 1) % cfg.training.eval_every == 0 or step + 1 == cfg.training.steps
             ):
-                with console.status(f"validating on {len(val_tasks)} {cfg.tasks.eval_split} tasks"):
+                with _status(console, f"validating on {len(val_tasks)} {cfg.tasks.eval_split} tasks"):
                     m.update(validate(runner, cfg, val_tasks, run.root / "validation" / f"step_{step + 1:04d}"))
-            line = StepMetrics(step=step, metrics=m, wall_s=time.monotonic() - t0).model_dump(mode="json")
+            line = StepMetrics(step=step + 1, metrics=m, wall_s=time.monotonic() - t0).model_dump(mode="json")
             if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
                 # LoRA checkpoints carry the merged weights too, so every checkpoint is a loadable
                 # model dir (`lego eval`, `lego bench learn`, `lego proxy --model` take it as is).
@@ -375,12 +456,27 @@ def train(
                     {"trained_harness": cfg.harness.name, "base_model": cfg.engine.model, "step": step + 1},
                 )
                 _prune_checkpoints(run)
+                saved_step = step + 1
             append_jsonl(run.metrics, line)
+            last_line = line
             console.print(summary_line(step, cfg.training.steps, m), soft_wrap=True, highlight=False)
             if on_step is not None:
                 on_step(step, m)
+    except KeyboardInterrupt:
+        if not interrupted:  # Ctrl-C outside the rollouts (mid-update): the trainer state may be half-written
+            raise
+        console.print("interrupted: stopping the proxy; in-flight rollouts are dropped", highlight=False)
+        if trainer.step_count > saved_step and last_line is not None:  # checkpoint_every > 1: keep the last step
+            save_checkpoint(
+                trainer, run.root, extra={"metrics": last_line}, export_merged=cfg.training.finetune == "lora"
+            )
+            saved_step = trainer.step_count
+        raise TrainingInterrupted(run.root, saved_step) from None
     finally:
         if weights is not None:
             weights.close()
-        policy.close()
+        if interrupted:
+            _close_within(policy.close, CLOSE_WAIT_S)
+        else:
+            policy.close()
     return run

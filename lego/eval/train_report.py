@@ -109,6 +109,14 @@ def group_metrics(series: Series, harnesses: set[str]) -> tuple[dict[str, Series
     return {t: s for t, s in sections.items() if s}, dict(per_harness)
 
 
+def _step_axis(ax: plt.Axes, fontsize: float | None = None) -> None:
+    """Steps are whole numbers, counted from 1 as the console and checkpoints count: no 0.5 ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("step", fontsize=fontsize)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _panels(series: Series, title: str, path: Path, legend: bool = False) -> Path:
     """One small line plot per entry (or, with ``legend``, all entries in one axis)."""
     names = list(series)
@@ -118,7 +126,7 @@ def _panels(series: Series, title: str, path: Path, legend: bool = False) -> Pat
             xs, ys = zip(*series[n], strict=True) if series[n] else ((), ())
             ax.plot(xs, ys, marker="o", ms=3, label=n)
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step")
+        _step_axis(ax)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         return save_png(fig, path)
@@ -129,7 +137,7 @@ def _panels(series: Series, title: str, path: Path, legend: bool = False) -> Pat
         xs, ys = zip(*series[n], strict=True)
         ax.plot(xs, ys, marker="o", ms=3)
         ax.set_title(n, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
+        _step_axis(ax, fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names) :]:
@@ -149,7 +157,7 @@ def _stacked(counts: dict[int, Counter[str]], title: str, ylabel: str, path: Pat
         ax.bar(steps, vals, bottom=bottom, label=lab)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_title(title, fontsize=10)
-    ax.set_xlabel("step")
+    _step_axis(ax)
     ax.set_ylabel(ylabel)
     if labels:
         ax.legend(fontsize=8)

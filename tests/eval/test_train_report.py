@@ -95,3 +95,18 @@ def test_report_custom_out_and_missing_metrics(tmp_path: Path) -> None:
     assert out.is_file() and (tmp_path / "elsewhere" / "r_plots").is_dir()
     with pytest.raises(ConfigError, match=r"metrics\.jsonl does not exist"):
         write_train_report(tmp_path)
+
+
+def test_step_axis_has_whole_step_ticks() -> None:
+    """A two-step run is drawn on steps 1 and 2, not on 1.0, 1.5, 2.0."""
+    import matplotlib.pyplot as plt
+
+    from lego.eval.train_report import _step_axis
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [0.1, 0.2])
+    _step_axis(ax)
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if 1 <= t <= 2]
+    plt.close(fig)
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks

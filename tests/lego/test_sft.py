@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from lego.conductor.sft import Example, masked_loss, tokenize, train_sft
-from lego.config import SFTConfig
 from lego.conductor.sft_data import conversation_for, generate, gold_file_patch, replay, task_repo_copy
+from lego.config import SFTConfig
 from lego.harnesses.lego_agent.agent import FORMAT_VERSION, SYSTEM_PROMPT, TOOLS
 from lego.sandboxes.layout import REPO_DIR
 from lego.sandboxes.tasks.sources import BuiltinSource

@@ -1,6 +1,7 @@
 """`lego train` end to end on the real stack (tiny model, lego-agent process, bubblewrap sandboxes,
 hidden-test grading): metrics, trajectories and checkpoints are written, the rollout-train Pearson
-holds every step, a SIGKILLed run resumes without losing or repeating a step, a deliberate
+holds every step, a SIGKILLed run resumes without losing or repeating a step, Ctrl-C stops within
+seconds and says how to resume, `--resume` with no run is refused, a deliberate
 sampling mismatch trips the fidelity gate, and an incompatible resume is refused."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path
     cfg = load_config(None, [*_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=3), *validation])
     run = train(cfg)
     lines = read_jsonl(run.metrics)
-    assert [ln["step"] for ln in lines] == [0, 1, 2]
+    assert [ln["step"] for ln in lines] == [1, 2, 3]  # 1-based, as the console and the checkpoints count
     for ln in lines:
         assert ln["metrics"][PEARSON] >= 0.999
         assert ln["metrics"]["rollout/count"] == 2.0
@@ -61,7 +62,8 @@ def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path
     assert "val/pass1@lego-agent" not in lines[1]["metrics"]
     assert 0.0 <= lines[2]["metrics"]["val/pass1@lego-agent"] <= 1.0
     assert len(list((run.root / "validation" / "step_0003" / "samples").rglob("*.json"))) == 2
-    for step in range(3):
+    assert sorted(p.name for p in (run.root / "trajectories").iterdir()) == ["step_0001", "step_0002", "step_0003"]
+    for step in (1, 2, 3):
         trajs = sorted(run.trajectories(step).glob("*.json"))
         assert len(trajs) == 2
         doc = json.loads(trajs[0].read_text())
@@ -85,9 +87,9 @@ def test_sigkill_then_resume_loses_and_repeats_no_step(tasks: Path, tiny_model_d
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 600
     try:
-        # kill while step 2 runs: step 1's line (index 0) is on disk, the run is mid-step
+        # kill while step 2 runs: step 1's line is on disk, the run is mid-step
         while time.monotonic() < deadline and proc.poll() is None:
-            if len(read_jsonl(out / "metrics.jsonl")) >= 1 and any((out / "trajectories").glob("step_0001")):
+            if len(read_jsonl(out / "metrics.jsonl")) >= 1 and any((out / "trajectories").glob("step_0002")):
                 break
             time.sleep(0.2)
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -99,7 +101,60 @@ def test_sigkill_then_resume_loses_and_repeats_no_step(tasks: Path, tiny_model_d
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed" in res.stdout
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [ln["step"] for ln in lines] == [0, 1, 2], f"{done} lines before the resume"
+    assert [ln["step"] for ln in lines] == [1, 2, 3], f"{done} lines before the resume"
+    # the policy version counts weight updates over the whole run, across the restart
+    assert [ln["metrics"]["policy/version"] for ln in lines] == [1.0, 2.0, 3.0]
+
+
+def test_resume_without_a_run_names_the_directory(tmp_path: Path) -> None:
+    out = tmp_path / "nothing-here"
+    res = subprocess.run(
+        [sys.executable, "-m", "lego.conductor.cli.main", "train", "-o", f"training.out_dir={out}", "--resume"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 2, res.stderr
+    assert f"training.out_dir={out} holds no run to continue" in res.stderr
+    assert not out.exists()
+
+
+def test_ctrl_c_stops_within_seconds_and_says_how_to_resume(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """SIGINT mid-step: the run stops launching and drops in-flight rollouts, keeps the last finished
+    step and prints how to continue; `--resume` then finishes the run."""
+    out = tmp_path / "run"
+    overrides = [*_overrides(tasks, tiny_model_dir, out, steps=3), "harness.options={lego-agent = {max_tokens = 256}}"]
+    args = [sys.executable, "-m", "lego.conductor.cli.main", "train"]
+    for o in overrides:
+        args += ["-o", o]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(read_jsonl(out / "metrics.jsonl")) >= 1 and any((out / "trajectories").glob("step_0002")):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stdout[-3000:]
+    assert took < 15, f"Ctrl-C took {took:.1f}s"
+    saved = len(read_jsonl(out / "metrics.jsonl"))
+    assert saved >= 1
+    assert f"saved step {saved}; continue with `lego train --resume`" in stdout, stdout[-3000:]
+    # off a terminal the log says what happens: loading, each rollout, each step
+    assert "loading the policy" in stdout and "step 1 rollout 1/2:" in stdout and "step 1/3 |" in stdout
+    assert (out / "checkpoints" / f"step_{saved:06d}").is_dir()
+    res = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=900, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [ln["step"] for ln in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
 
 
 def test_fidelity_gate_stops_a_mismatched_run(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:

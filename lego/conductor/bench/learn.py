@@ -91,7 +91,7 @@ def _plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> No
 
     from lego.eval.plots import save_png
 
-    xs = [s["step"] + 1 for s in steps]
+    xs = [s["step"] for s in steps]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     axes[0].plot(xs, [s["metrics"].get("reward/mean", 0.0) for s in steps], marker="o")
     axes[0].set(title="train reward (mean per step)", xlabel="step", ylim=(-0.02, 1.02))
@@ -102,7 +102,7 @@ def _plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> No
             lo, hi = cell["ci95"]
             axes[1].errorbar([x], [cell["pass1"]], yerr=[[cell["pass1"] - lo], [hi - cell["pass1"]]], fmt="o",
                              capsize=4, label=label)  # fmt: skip
-    val = [(s["step"] + 1, v) for s in steps for k, v in s["metrics"].items() if k.startswith("val/pass1@")]
+    val = [(s["step"], v) for s in steps for k, v in s["metrics"].items() if k.startswith("val/pass1@")]
     if val:
         axes[1].plot(*zip(*val, strict=True), marker=".", linestyle="--", label="validation during training")
     axes[1].set(
@@ -212,7 +212,7 @@ def run_bench(
     report["pearson_min"] = min((p for p in pearsons if p is not None), default=None)
     report["per_step"] = [
         {
-            "step": s["step"] + 1,
+            "step": s["step"],
             "reward": s["metrics"].get("reward/mean"),
             "pearson": s["metrics"].get("training/rollout_actor_probs_pearson_corr"),
             "groups_with_signal": s["metrics"].get("train/groups_with_signal"),

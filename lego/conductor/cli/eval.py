@@ -34,7 +34,7 @@ from lego.eval.runner import SampleFnFactory, collect_samples, run_eval
 from lego.sandboxes.tasks.sources import load_source
 from lego.types import Task
 
-__all__ = ["DEFAULT_SAMPLE_FN", "eval_group", "load_tasks", "parse_policies", "run_defaults"]
+__all__ = ["DEFAULT_SAMPLE_FN", "check_policy_paths", "eval_group", "load_tasks", "parse_policies", "run_defaults"]
 
 DEFAULT_SAMPLE_FN = "lego.conductor.rollout:eval_sample_fn"
 
@@ -61,6 +61,26 @@ def parse_policies(values: tuple[str, ...], bases: tuple[str, ...]) -> list[Poli
             )
         specs[names.index(trained)].base = base
     return specs
+
+
+BUILT_IN_MODELS = ("default", "tiny", "oracle")
+"""Policy models that name no directory: the embedded default, the random tiny model, the oracle."""
+
+
+def check_policy_paths(specs: list[PolicySpec], engine_kind: str) -> None:
+    """Refuse, before any sample runs, a policy whose model the engine cannot load.
+
+    The in-process engine loads only a model directory (or a built-in name); vLLM serves what its
+    server was started with, so a hub id is left to it."""
+    for p in specs:
+        if p.model in BUILT_IN_MODELS or Path(p.model).expanduser().is_dir():
+            continue
+        if engine_kind == "vllm" and not p.model.startswith(("/", ".", "~")):
+            continue
+        raise ConfigError(
+            f"--policy {p.name}={p.model}: {p.model!r} is not a directory; give a model or checkpoint directory "
+            f"(e.g. runs/default/checkpoints/step_000020), or one of {', '.join(BUILT_IN_MODELS)}"
+        )
 
 
 def load_tasks(arg: str, limit: int | None = None) -> list[Task]:
@@ -273,10 +293,12 @@ def eval_group(
         raise ConfigError(f"eval.harnesses names a harness twice: {ev.harnesses}")
     if cfg.engine.kind == "oracle":
         raise ConfigError("engine.kind='oracle' is a policy here: pass --policy oracle and engine.kind=transformers")
+    specs = parse_policies(policies, bases)
+    check_policy_paths(specs, cfg.engine.kind)
     source = ev.tasks or f"{cfg.tasks.source}:{cfg.tasks.eval_split}"
     tasks = load_tasks(source, ev.limit)
     spec = EvalSpec(
-        policies=parse_policies(policies, bases),
+        policies=specs,
         harnesses=list(ev.harnesses),
         task_ids=[t.instance_id for t in tasks],
         samples=ev.samples,

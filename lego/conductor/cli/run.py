@@ -3,13 +3,44 @@ harness, a policy or a task by hand."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from lego.conductor.cli.basic import override_option
 
-__all__ = ["run"]
+if TYPE_CHECKING:
+    from lego.config import LegoConfig
+    from lego.types import Trajectory
+
+__all__ = ["cut_turns", "run"]
+
+ORACLE_MAX_TOKENS = 8192
+HELD_GUARDS = ("egress_blocked", "history_strip")
+"""Guard flags that say a protection held (lego.sandboxes.guards); every other flag is a detection."""
+
+
+def cut_turns(traj: Trajectory, budget: int) -> int:
+    """How many of the trajectory's model turns sampled ``budget`` tokens, i.e. were cut at max_tokens.
+
+    A turn that ends by itself samples its end-of-turn token inside the budget, so a run of exactly
+    ``budget`` sampled tokens is a turn the engine stopped."""
+    return sum(
+        1
+        for seg in traj.segments
+        for sampled, run in itertools.groupby(seg.response_mask)
+        if sampled and len(list(run)) >= budget
+    )
+
+
+def _turn_budget(cfg: LegoConfig, harness: str) -> int:
+    """The completion budget a turn of ``harness`` gets: lego-agent asks for its own; others get the proxy's."""
+    opts = cfg.harness.options.get(harness)
+    asked = getattr(opts, "max_tokens", None)
+    budget = int(asked) if asked else cfg.proxy.default_max_tokens
+    return min(budget, cfg.proxy.max_tokens_cap) if cfg.proxy.max_tokens_cap else budget
 
 
 @click.command("run")
@@ -86,6 +117,11 @@ def run(
     from lego.sandboxes.tasks.sources import load_source
 
     extra = [f"engine.kind={engine_kind}", f"engine.model={model}"]
+    if engine_kind == "oracle":
+        # The oracle writes the whole gold patch in one tool call (533 tokens on builtin roman-0001);
+        # the default's 512-token lego-agent budget bounds a *policy's* runaway samples and would cut
+        # it. An explicit -o below still wins.
+        extra.append(f"harness.options.lego-agent.max_tokens={ORACLE_MAX_TOKENS}")
     if vllm_url:
         extra.append(f"engine.vllm_url={vllm_url}")
     if unsafe_no_isolation:
@@ -118,8 +154,23 @@ def run(
             + (f"; failing: {', '.join(failed[:5])}" if failed else "")
         )
     click.echo(f"segments    {len(traj.segments)} (sampled tokens per segment: {sampled})")
+    budget = _turn_budget(cfg, harness_name)
+    cut = cut_turns(traj, budget)
+    if cut:
+        click.echo(
+            f"truncated   {cut} completion(s) cut at max_tokens={budget}; raise it with "
+            f"-o harness.options.{harness_name}.max_tokens=N"
+            if harness_name in cfg.harness.options
+            else f"truncated   {cut} completion(s) cut at max_tokens={budget}; raise proxy.max_tokens_cap "
+            "or proxy.default_max_tokens with -o"
+        )
     flags = sorted(k for k, v in traj.guard_flags.items() if v)
-    click.echo(f"guards      {', '.join(flags) or 'none'}")
+    held = [f for f in flags if f in HELD_GUARDS]
+    detected = [f for f in flags if f not in HELD_GUARDS]
+    click.echo(
+        f"guards      protections held: {', '.join(held) or 'none'}; detected: {', '.join(detected) or 'nothing'}"
+        "  (README: 'What the guard flags mean')"
+    )
     if traj.metadata.get("zeroed_by"):
         click.echo(f"zeroed by   {', '.join(traj.metadata['zeroed_by'])}")
     if traj.metadata.get("error"):

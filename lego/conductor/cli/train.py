@@ -3,6 +3,10 @@ lives in :mod:`lego.eval.train_report`; this module is also where `lego train` i
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
+
 import click
 
 from lego.conductor.cli.basic import override_option
@@ -38,13 +42,35 @@ def train(config: str | None, resume: bool, overrides: tuple[str, ...], unsafe_n
       lego train -o training.steps=3 -o training.out_dir=runs/smoke
       lego train my_run.toml --resume
     """
+    from lego.conductor.loop import TrainingInterrupted
     from lego.conductor.loop import train as run_train
     from lego.config import load_config
 
     extra = ["sandbox.unsafe_no_isolation=true"] if unsafe_no_isolation else []
     cfg = load_config(config, [*overrides, *extra])
-    run = run_train(cfg, resume=resume)
+    try:
+        run = run_train(cfg, resume=resume)
+    except TrainingInterrupted as stop:
+        if stop.saved_step:
+            click.echo(
+                f"saved step {stop.saved_step}; continue with `lego train --resume`{_same_flags(config, overrides)}"
+            )
+        else:
+            click.echo(
+                "no step finished, nothing saved; start again with `lego train`" + _same_flags(config, overrides)
+            )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Rollout threads may still be draining a closed proxy; the interpreter would join them at exit.
+        # Their sandboxes die with this process (bwrap --die-with-parent).
+        os._exit(130)
     click.echo(f"run: {run.root}  (lego report {run.root})")
+
+
+def _same_flags(config: str | None, overrides: tuple[str, ...]) -> str:
+    """The config and -o flags of this command, to repeat after --resume (the run's out_dir is among them)."""
+    parts = ([config] if config else []) + [f"-o {o}" for o in overrides]
+    return "".join(f" {shlex.quote(p) if not p.startswith('-o ') else '-o ' + shlex.quote(p[3:])}" for p in parts)
 
 
 @click.command("report")
