@@ -3,7 +3,9 @@
 One container per rollout, from an image per task: ``task.image`` (SWE-bench instance images by
 their standard names, ``swebench/sweb.eval.x86_64.<id>:latest``), else an image built from
 ``task.dockerfile`` (tagged ``lego-task:<hash>``), else ``SandboxConfig.docker_image``. The image
-must ship ``setpriv`` (util-linux) and git, and socat when a proxy is used.
+must ship ``setpriv`` (util-linux) and git, and socat when a proxy is used, and must run lego's
+Python runtime (bound from the host: its C library must be no older than the host's), which the
+exec wrapper, the keeper and the kill loop use as well as grading and the harnesses.
 
 Threat model: as the local backend's (:mod:`lego.sandboxes.local`): the agent is adversarial and
 runs arbitrary code as uid 1000. Each property below has a test in tests/sandboxes/test_docker.py,
