@@ -28,4 +28,5 @@ PY=${PYTHON:-python3}
 # torch is pinned to a CPU-capable release in pyproject.toml; on a GPU machine install the CUDA
 # build of the same version first and pip keeps it.
 .venv/bin/pip install -q -e '.[dev]'
-echo "lego is installed: .venv/bin/lego --help"
+echo "lego is installed in .venv. Put it on your PATH in this shell with:  source .venv/bin/activate"
+echo "(or call it as .venv/bin/lego)"

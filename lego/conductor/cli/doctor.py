@@ -188,7 +188,12 @@ def doctor() -> None:
     is missing.
     """
     checks = collect_checks()
-    table = Table(title="lego doctor", show_lines=False)
+    table = Table(
+        title="lego doctor",
+        caption="* required for the embedded default (`lego train` on this CPU); the rest unlock GPU serving, "
+        "Docker sandboxes and third-party harnesses",
+        show_lines=False,
+    )
     table.add_column("component")
     table.add_column("status")
     table.add_column("detail")
