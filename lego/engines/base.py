@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from lego.types import Generation, RequestContext, SamplingParams
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "TokenSink"]
+
+TokenSink = Callable[[list[int]], None]
+"""Called on the caller's event loop with each run of newly sampled ids, in order, as they are
+sampled; their concatenation is the finished Generation's ``token_ids``."""
 
 
 @runtime_checkable
@@ -22,10 +26,16 @@ class Engine(Protocol):
     max_model_len: int
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> Generation:
         """Sample a continuation of ``prompt_ids``.
 
+        ``on_tokens`` (optional) streams: it receives the sampled ids as they are generated, before
+        the returned Generation (which holds them all). Cancelling the call stops the generation.
         Raises ContextOverflowError if the prompt does not fit, EngineError on failure.
         """
         ...

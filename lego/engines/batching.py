@@ -9,6 +9,7 @@ row's result (the engine tests check this against an unpadded teacher-forced pas
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,13 @@ class PendingRequest:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     started_at: float = 0.0
+    on_tokens: Callable[[list[int]], None] | None = None
+
+    def emit(self, token_id: int) -> None:
+        """Hand one sampled id to the caller's stream (on its loop), if it streams."""
+        sink = self.on_tokens
+        if sink is not None and not self.future.done():
+            self.loop.call_soon_threadsafe(sink, [token_id])
 
     def resolve(self, result: Generation | BaseException) -> None:
         def _set() -> None:

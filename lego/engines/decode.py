@@ -124,7 +124,8 @@ class Decoder:
                 self.stats["generated_tokens"] += 1
                 reason = "stop" if samplers[i].is_stop(tok) else "length" if len(r.token_ids) >= r.max_tokens else None
                 if r.future.cancelled():
-                    continue
+                    continue  # the caller went away: the row leaves the batch (its slot is free)
+                r.emit(tok)
                 if reason is None:
                     keep.append(row)
                     continue

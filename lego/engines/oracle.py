@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from lego.config import EngineConfig
-from lego.engines.base import Engine
+from lego.engines.base import Engine, TokenSink
 from lego.errors import EngineError
 from lego.types import Generation, RequestContext, SamplingParams
 
@@ -274,8 +274,13 @@ class OracleEngine:
         return self.chat_format.encode(turn[: end.end()] if end else turn)
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> Generation:
+        """Play the gold patch; a stream gets the whole reply at once (it is planned, not sampled)."""
         start = time.monotonic()
         if context is None or context.answer is None:
             raise EngineError(
@@ -291,6 +296,8 @@ class OracleEngine:
         temperature = sampling.temperature if sampling.temperature > 0 else 1.0  # greedy: score the plain softmax
         scores = await self.scorer.score([window + ids], [len(window)], temperature)
         logprobs = [float(x) for x in scores[0][-len(ids) :]] if ids else []
+        if on_tokens is not None and ids:
+            on_tokens(list(ids))
         return Generation(
             token_ids=ids,
             logprobs=logprobs,

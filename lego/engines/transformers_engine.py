@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from lego.config import EngineConfig
+from lego.engines.base import TokenSink
 from lego.engines.batching import PendingRequest
 from lego.engines.decode import Decoder
 from lego.engines.prefix_cache import PrefixCache
@@ -160,9 +161,16 @@ class TransformersEngine:
     # ---- public API -------------------------------------------------------------------------
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> Generation:
         """Sample up to ``sampling.max_tokens`` tokens after ``prompt_ids``.
+
+        ``on_tokens`` receives each id as the batch loop samples it (on this call's event loop).
+        Cancelling the call drops its row from the running batch at the next step.
 
         ``max_tokens`` is clamped to the room left in the context window; ContextOverflowError is
         raised only when there is no room for even one token (``len(prompt) + 1 > max_model_len``).
@@ -188,6 +196,7 @@ class TransformersEngine:
             seed=seed,
             loop=loop,
             future=loop.create_future(),
+            on_tokens=on_tokens,
         )
         self.scheduler.submit(request)
         return await request.future

@@ -12,14 +12,24 @@ tokens) and ``message_stop``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lego.proxies.errors import ApiError
+from lego.proxies.errors import ApiError, error_body
 from lego.proxies.service import ChatRequest, ChatResult
-from lego.proxies.wire import IMAGE_PART_TYPES, chunks, effort_thinking, refuse, refuse_unknown, sse, text_of_parts
+from lego.proxies.streaming import LiveReply
+from lego.proxies.wire import (
+    IMAGE_PART_TYPES,
+    chunks,
+    effort_thinking,
+    new_id,
+    refuse,
+    refuse_unknown,
+    sse,
+    text_of_parts,
+)
 
 __all__ = ["MessagesRequest", "messages_response", "messages_stream", "to_chat_request"]
 
@@ -304,35 +314,68 @@ def messages_response(res: ChatResult, model: str) -> dict[str, Any]:
     }
 
 
-def messages_stream(res: ChatResult, model: str) -> Iterator[bytes]:
-    start = {
-        **messages_response(res, model),
+async def messages_stream(live: LiveReply, model: str) -> AsyncIterator[bytes]:
+    """Message events as tokens arrive (a thinking block, then a text block, then tool_use blocks
+    once their calls parse); ``ping`` events while idle; an ``error`` event if the generation fails
+    after the stream began."""
+    start: dict[str, Any] = {
+        "id": new_id("msg_"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": _usage(res, 1),
+        "usage": {"input_tokens": 0, "output_tokens": 0},
     }
     yield sse({"type": "message_start", "message": start}, "message_start")
-    for index, block in enumerate(_blocks(res)):
-        kind = block["type"]
-        if kind == "thinking":
-            opening: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [{"type": "thinking_delta", "thinking": p} for p in chunks(block["thinking"])]
-        elif kind == "text":
-            opening = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in chunks(block["text"])]
-        else:
-            opening = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            deltas = [
-                {"type": "input_json_delta", "partial_json": p}
-                for p in chunks(json.dumps(block["input"], ensure_ascii=False))
-            ]
+    index, open_kind = -1, ""
+
+    def block(kind: str, opening: dict[str, Any]) -> Iterator[bytes]:
+        nonlocal index, open_kind
+        if open_kind == kind:
+            return
+        if open_kind:
+            yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        index, open_kind = index + 1, kind
         yield sse({"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start")
-        for d in deltas:
-            yield sse({"type": "content_block_delta", "index": index, "delta": d}, "content_block_delta")
+
+    def text(kind: str, piece: str) -> Iterator[bytes]:
+        if kind == "reasoning":
+            yield from block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            delta = {"type": "thinking_delta", "thinking": piece}
+        else:
+            yield from block("text", {"type": "text", "text": ""})
+            delta = {"type": "text_delta", "text": piece}
+        yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+
+    async for kind, piece in live.deltas():
+        if kind == "ping":
+            yield sse({"type": "ping"}, "ping")
+        else:
+            for event in text(kind, piece):
+                yield event
+    try:
+        res: ChatResult = await live.result()
+    except ApiError as err:
+        yield sse(error_body("messages", err), "error")
+        return
+    reasoning, content = live.rest(res.reasoning, res.reply_content())
+    for kind, rest in (("reasoning", reasoning), ("content", content)):
+        for piece in chunks(rest):
+            for event in text(kind, piece):
+                yield event
+    for b in _blocks(res):
+        if b["type"] != "tool_use":
+            continue
+        for event in block(b["id"], {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}):
+            yield event
+        for p in chunks(json.dumps(b["input"], ensure_ascii=False)):
+            delta = {"type": "input_json_delta", "partial_json": p}
+            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+    if open_kind:
         yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
-    delta = {"stop_reason": _stop_reason(res), "stop_sequence": res.stop_sequence}
-    yield sse(
-        {"type": "message_delta", "delta": delta, "usage": {"output_tokens": res.completion_tokens}}, "message_delta"
-    )
+    end = {"stop_reason": _stop_reason(res), "stop_sequence": res.stop_sequence}
+    usage = {"input_tokens": res.prompt_tokens, "output_tokens": res.completion_tokens}
+    yield sse({"type": "message_delta", "delta": end, "usage": usage}, "message_delta")
     yield sse({"type": "message_stop"}, "message_stop")

@@ -20,8 +20,14 @@ The proxy has two faces, two apps over one :class:`~lego.proxies.service.ProxySe
 Every request is answered: a bad one gets the calling API's own error shape and status (400
 invalid request, 401 bad key, 404 unknown session or route, 405 wrong method, 413 body too large,
 502/503 engine failures with ``retry-after``), never ``text/plain``, and the server keeps serving. While a generation runs the app watches the
-connection; if the client goes away the generation task is cancelled and nothing is recorded. A
-stream starts after the generation has finished, so errors keep their real status.
+connection; if the client goes away the generation task is cancelled and nothing is recorded.
+
+Streams (``stream: true``) send text as the policy samples it (:mod:`lego.proxies.streaming`). The
+response starts with the first delta (or the end of the generation), so an error before any token
+keeps its real status; an error after that ends the stream with the API's error event. An idle
+stream gets a keep-alive every ``service.ping_interval_s`` (an SSE comment, or Anthropic's ``ping``
+event). A client that disconnects mid-stream cancels the generation: its batch slot is freed and
+nothing is recorded.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import hmac
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
 import orjson
@@ -44,7 +50,8 @@ from starlette.routing import Route
 
 from lego.proxies import anthropic_messages, openai_chat, openai_responses
 from lego.proxies.errors import Api, ApiError, error_body
-from lego.proxies.service import ChatResult, ProxyService, Session
+from lego.proxies.service import ChatRequest, ChatResult, ProxyService, Session
+from lego.proxies.streaming import LiveReply
 
 __all__ = ["Face", "build_app"]
 
@@ -201,29 +208,66 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
     def model_name(requested: str) -> str:
         return requested or cfg.served_model_name
 
-    def respond(res: ChatResult, body: Any, stream: Any | None) -> Response:
-        if stream is not None:
-            return StreamingResponse(stream, media_type="text/event-stream", headers={**_SSE_HEADERS, **res.headers})
+    def respond(res: ChatResult, body: Any) -> Response:
         return JSONResponse(body, headers=res.headers)
+
+    async def streamed(
+        request: Request,
+        session: Session,
+        creq: ChatRequest,
+        api: Api,
+        events: Callable[[LiveReply], AsyncIterator[bytes]],
+    ) -> Response:
+        """Start the generation; answer once its first delta arrives (or it ends: a failure then is
+        an ordinary error response with its status); then stream ``events(live)``."""
+        live = LiveReply(lambda sink: service.complete(session, creq, api, on_delta=sink), service.ping_interval_s)
+        try:
+            if not await live.first(0.5, request.is_disconnected):
+                raise _ClientGone()
+            headers = dict(_SSE_HEADERS)
+            if live.task.done():
+                headers.update(live.task.result().headers)
+        except BaseException:
+            live.cancel()
+            raise
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in events(live):
+                    yield chunk
+            finally:  # the client went away mid-stream (or the stream ended): stop the generation
+                if not live.task.done():
+                    log.info("client disconnected from a stream on %s; generation cancelled", request.url.path)
+                live.cancel()
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
 
     async def chat(request: Request) -> Response:
         req = parse(openai_chat.ChatCompletionRequest, await read_json(request))
         creq = openai_chat.to_chat_request(req)
-        res = await guarded(request, service.complete(session_of(request), creq, "chat"))
         name = model_name(req.model)
         if creq.stream:
             usage = bool((req.stream_options or {}).get("include_usage"))
-            return respond(res, None, openai_chat.chat_stream(res, name, usage))
-        return respond(res, openai_chat.chat_response(res, name), None)
+            return await streamed(
+                request, session_of(request), creq, "chat", lambda live: openai_chat.chat_stream(live, name, usage)
+            )
+        res = await guarded(request, service.complete(session_of(request), creq, "chat"))
+        return respond(res, openai_chat.chat_response(res, name))
 
     async def messages(request: Request) -> Response:
         req = parse(anthropic_messages.MessagesRequest, await read_json(request))
         creq = anthropic_messages.to_chat_request(req)
-        res = await guarded(request, service.complete(session_of(request), creq, "messages"))
         name = model_name(req.model)
         if creq.stream:
-            return respond(res, None, anthropic_messages.messages_stream(res, name))
-        return respond(res, anthropic_messages.messages_response(res, name), None)
+            return await streamed(
+                request,
+                session_of(request),
+                creq,
+                "messages",
+                lambda live: anthropic_messages.messages_stream(live, name),
+            )
+        res = await guarded(request, service.complete(session_of(request), creq, "messages"))
+        return respond(res, anthropic_messages.messages_response(res, name))
 
     async def count_tokens(request: Request) -> Response:
         if face == "model":
@@ -246,12 +290,26 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
                     param="previous_response_id",
                 )
         creq = openai_responses.to_chat_request(req, history)
+        name = model_name(req.model)
+
+        def finished(res: ChatResult, response_id: str | None = None) -> dict[str, Any]:
+            body = openai_responses.responses_response(res, req, name, response_id)
+            stored[(session.id, body["id"])] = [m for m in creq.messages if m["role"] != "system"] + [res.message]
+            while len(stored) > _MAX_STORED_RESPONSES:
+                stored.popitem(last=False)
+            return body
+
+        if creq.stream:
+            start = openai_responses.in_progress(req, name)
+
+            def build(res: ChatResult) -> dict[str, Any]:
+                return {**finished(res, start["id"]), "created_at": start["created_at"]}
+
+            return await streamed(
+                request, session, creq, "responses", lambda live: openai_responses.responses_stream(live, build, start)
+            )
         res = await guarded(request, service.complete(session, creq, "responses"))
-        body = openai_responses.responses_response(res, req, model_name(req.model))
-        stored[(session.id, body["id"])] = [m for m in creq.messages if m["role"] != "system"] + [res.message]
-        while len(stored) > _MAX_STORED_RESPONSES:
-            stored.popitem(last=False)
-        return respond(res, body, openai_responses.responses_stream(body) if creq.stream else None)
+        return respond(res, finished(res))
 
     async def models(request: Request) -> Response:
         if face == "model":

@@ -3,21 +3,24 @@
 The canonical form is OpenAI chat itself, narrowed: ``developer`` becomes ``system``, content part
 lists become strings, unknown keys are dropped, so that the same history sent twice compares equal.
 Streaming follows the chat-completion chunk shape: a role delta, content / reasoning deltas,
-tool-call deltas (``index``, then ``id``/``name`` once, then argument fragments), a finish chunk,
+tool-call deltas (``index``, then ``id``/``name`` once, then argument fragments; sent once the call
+parses), a finish chunk,
 and, with ``stream_options.include_usage``, a usage chunk with empty ``choices``; then ``[DONE]``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lego.proxies.errors import ApiError
+from lego.proxies.errors import ApiError, error_body
 from lego.proxies.service import ChatRequest, ChatResult
-from lego.proxies.wire import chunks, effort_thinking, refuse, refuse_unknown, sse, text_of_parts
+from lego.proxies.streaming import LiveReply
+from lego.proxies.wire import chunks, effort_thinking, new_id, refuse, refuse_unknown, sse, text_of_parts
 
 __all__ = ["ChatCompletionRequest", "canonical_tools", "chat_response", "chat_stream", "to_chat_request"]
 
@@ -246,21 +249,35 @@ def chat_response(res: ChatResult, model: str) -> dict[str, Any]:
     }
 
 
-def chat_stream(res: ChatResult, model: str, include_usage: bool) -> Iterator[bytes]:
-    base = {"id": f"chatcmpl-{res.id}", "object": "chat.completion.chunk", "created": res.created, "model": model}
+async def chat_stream(live: LiveReply, model: str, include_usage: bool) -> AsyncIterator[bytes]:
+    """Chat-completion chunks as tokens arrive; ``: ping`` comments while idle; an ``error`` chunk
+    if the generation fails after the stream began."""
+    rid, created = f"chatcmpl-{new_id('')}", int(time.time())
+    base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def chunk(delta: dict[str, Any], finish: str | None = None, res: ChatResult | None = None) -> bytes:
         # The token logprobs ride on the finish chunk (SDKs concatenate them across chunks).
-        lps = _logprobs(res) if finish else None
+        lps = _logprobs(res) if res is not None else None
         body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": lps, "finish_reason": finish}]}
         if include_usage:
             body["usage"] = None
         return sse(body)
 
     yield chunk({"role": "assistant", "content": ""})
-    for piece in chunks(res.reasoning):
+    async for kind, text in live.deltas():
+        if kind == "ping":
+            yield b": ping\n\n"
+        else:
+            yield chunk({"reasoning_content" if kind == "reasoning" else "content": text})
+    try:
+        res: ChatResult = await live.result()
+    except ApiError as err:
+        yield sse(error_body("chat", err))
+        return
+    reasoning, content = live.rest(res.reasoning, str(res.message.get("content") or ""))
+    for piece in chunks(reasoning):
         yield chunk({"reasoning_content": piece})
-    for piece in chunks(res.message.get("content") or ""):
+    for piece in chunks(content):
         yield chunk({"content": piece})
     for idx, call in enumerate(res.message.get("tool_calls") or []):
         fn = call["function"]
@@ -278,7 +295,7 @@ def chat_stream(res: ChatResult, model: str, include_usage: bool) -> Iterator[by
         )
         for piece in chunks(_arguments(fn["arguments"])):
             yield chunk({"tool_calls": [{"index": idx, "function": {"arguments": piece}}]})
-    yield chunk({}, res.finish_reason)
+    yield chunk({}, res.finish_reason, res)
     if include_usage:
         yield sse({**base, "choices": [], "usage": _usage(res)})
     yield b"data: [DONE]\n\n"

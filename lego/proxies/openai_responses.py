@@ -17,13 +17,14 @@ Streaming: ``response.created``, ``response.in_progress``, then per output item
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lego.proxies.errors import ApiError
 from lego.proxies.service import ChatRequest, ChatResult
+from lego.proxies.streaming import LiveReply
 from lego.proxies.wire import (
     IMAGE_PART_TYPES,
     chunks,
@@ -35,7 +36,7 @@ from lego.proxies.wire import (
     text_of_parts,
 )
 
-__all__ = ["ResponsesRequest", "responses_response", "responses_stream", "to_chat_request"]
+__all__ = ["ResponsesRequest", "in_progress", "responses_response", "responses_stream", "to_chat_request"]
 
 
 # Fields that change nothing the policy samples (ids, storage and cache hints): accepted as is.
@@ -295,54 +296,98 @@ def responses_response(
     }
 
 
-def responses_stream(final: dict[str, Any]) -> Iterator[bytes]:
+def in_progress(req: ResponsesRequest, model: str) -> dict[str, Any]:
+    """The response a stream opens with: no output yet, status ``in_progress``."""
+    empty = ChatResult(
+        message={"role": "assistant", "content": ""},
+        reasoning="",
+        finish_reason="stop",
+        prompt_tokens=0,
+        completion_tokens=0,
+        headers={},
+    )
+    return {**responses_response(empty, req, model), "status": "in_progress", "output": [], "usage": None}
+
+
+async def responses_stream(
+    live: LiveReply, build: Callable[[ChatResult], dict[str, Any]], start: dict[str, Any]
+) -> AsyncIterator[bytes]:
+    """Response events as tokens arrive: a reasoning item, then a message item, then function calls
+    once they parse; ``: ping`` comments while idle; ``error`` if the generation fails after the
+    stream began. ``start`` is the in-progress response; ``build`` makes the final one from the result."""
     seq = 0
+    live_ids: dict[str, str] = {}  # item type -> id of the item opened while streaming
 
     def ev(kind: str, **fields: Any) -> bytes:
         nonlocal seq
         seq += 1
         return sse({"type": kind, "sequence_number": seq - 1, **fields}, kind)
 
-    start = {**final, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    def opened(kind: str, text: str) -> Iterator[bytes]:
+        """Open the item for ``kind`` (if not yet open) and send ``text`` into it."""
+        item_type = "reasoning" if kind == "reasoning" else "message"
+        idx = list(live_ids).index(item_type) if item_type in live_ids else len(live_ids)
+        if item_type not in live_ids:
+            iid = live_ids[item_type] = new_id("rs_" if item_type == "reasoning" else "msg_")
+            if item_type == "reasoning":
+                item = {"id": iid, "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
+                yield ev("response.output_item.added", output_index=idx, item=item)
+            else:
+                item = {"id": iid, "type": "message", "role": "assistant", "content": [], "status": "in_progress"}
+                yield ev("response.output_item.added", output_index=idx, item=item)
+                part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                yield ev("response.content_part.added", item_id=iid, output_index=idx, content_index=0, part=part)
+        iid = live_ids[item_type]
+        if text and item_type == "reasoning":
+            yield ev("response.reasoning_text.delta", item_id=iid, output_index=idx, content_index=0, delta=text)
+        elif text:
+            yield ev(
+                "response.output_text.delta", item_id=iid, output_index=idx, content_index=0, delta=text, logprobs=[]
+            )
+
     yield ev("response.created", response=start)
     yield ev("response.in_progress", response=start)
+    async for kind, piece in live.deltas():
+        if kind == "ping":
+            yield b": ping\n\n"
+        else:
+            for event in opened(kind, piece):
+                yield event
+    try:
+        res: ChatResult = await live.result()
+    except ApiError as err:
+        yield ev("error", code=err.code or err.kind, message=err.message, param=err.param)
+        return
+    final = build(res)
+    reasoning_rest, content_rest = live.rest(res.reasoning, str(res.message.get("content") or ""))
+    rests = {"reasoning": reasoning_rest, "message": content_rest}
     for idx, item in enumerate(final["output"]):
-        iid, kind = item["id"], item["type"]
-        if kind == "reasoning":
-            text = item["content"][0]["text"]
-            yield ev(
-                "response.output_item.added", output_index=idx, item={**item, "content": [], "status": "in_progress"}
-            )
-            for piece in chunks(text):
-                yield ev("response.reasoning_text.delta", item_id=iid, output_index=idx, content_index=0, delta=piece)
-            yield ev("response.reasoning_text.done", item_id=iid, output_index=idx, content_index=0, text=text)
-        elif kind == "message":
-            part = item["content"][0]
-            yield ev(
-                "response.output_item.added", output_index=idx, item={**item, "content": [], "status": "in_progress"}
-            )
-            yield ev(
-                "response.content_part.added", item_id=iid, output_index=idx, content_index=0, part={**part, "text": ""}
-            )
-            for piece in chunks(part["text"]):
+        kind = item["type"]
+        if kind in ("reasoning", "message"):
+            if kind in live_ids:
+                item["id"] = live_ids[kind]
+            for event in opened("reasoning" if kind == "reasoning" else "content", ""):
+                yield event
+            iid = item["id"]
+            for piece in chunks(rests[kind]):
+                for event in opened("reasoning" if kind == "reasoning" else "content", piece):
+                    yield event
+            if kind == "reasoning":
+                text = item["content"][0]["text"]
+                yield ev("response.reasoning_text.done", item_id=iid, output_index=idx, content_index=0, text=text)
+            else:
+                part = item["content"][0]
                 yield ev(
-                    "response.output_text.delta",
+                    "response.output_text.done",
                     item_id=iid,
                     output_index=idx,
                     content_index=0,
-                    delta=piece,
-                    logprobs=[],
+                    text=part["text"],
+                    logprobs=part["logprobs"],
                 )
-            yield ev(
-                "response.output_text.done",
-                item_id=iid,
-                output_index=idx,
-                content_index=0,
-                text=part["text"],
-                logprobs=part["logprobs"],
-            )
-            yield ev("response.content_part.done", item_id=iid, output_index=idx, content_index=0, part=part)
+                yield ev("response.content_part.done", item_id=iid, output_index=idx, content_index=0, part=part)
         else:
+            iid = item["id"]
             yield ev(
                 "response.output_item.added", output_index=idx, item={**item, "arguments": "", "status": "in_progress"}
             )

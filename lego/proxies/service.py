@@ -9,7 +9,7 @@ calls :meth:`ProxyService.complete`, and converts the :class:`ChatResult` back. 
 2. asks the session's :class:`~lego.proxies.recorder.SessionRecorder` for the engine prompt;
 3. fits ``max_tokens`` into the context window (no room: a non-retryable 400 and, on the main
    thread, the trajectory is labelled ``overlong``), applies the training-mode sampling override;
-4. awaits ``engine.generate`` (cancelled with the request if the client goes away; nothing is
+4. awaits ``engine.generate`` (streaming text deltas to the route as tokens arrive, if it asks; cancelled with the request if the client goes away; nothing is
    recorded then), cuts the generation at the first stop string, parses it into an assistant
    message and commits it to the recorder -- unless the session was sealed or closed meanwhile.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import secrets
 import time
@@ -36,8 +37,10 @@ from typing import Any, Protocol
 from lego.config import ProxyConfig
 from lego.engines.base import Engine
 from lego.errors import ChatFormatError, ContextOverflowError, EngineError, EngineUnavailableError
+from lego.models.tool_parsers import THINK_OPEN
 from lego.proxies.errors import Api, ApiError
 from lego.proxies.recorder import ChatTemplate, SessionRecorder
+from lego.proxies.streaming import DeltaSink, TextDeltas
 from lego.types import Generation, MainThreadSpec, RequestContext, SamplingParams, TerminationLabel, Trajectory
 
 __all__ = ["ChatFormatLike", "ChatRequest", "ChatResult", "ProxyService", "Session"]
@@ -169,6 +172,8 @@ class ProxyService:
         self.config = config or ProxyConfig()
         self.sessions: dict[str, Session] = {}
         self._by_token: dict[bytes, Session] = {}  # sha256(token) -> session; the model face's only way in
+        self.ping_interval_s = 10.0
+        """Seconds of silence on a stream before a keep-alive (well under harnesses' idle timeouts)."""
 
     # ------------------------------------------------------------------ sessions
     def open_session(
@@ -292,7 +297,9 @@ class ProxyService:
             raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
         return len(self.chat.encode(text)) + (len(self.chat.encode(req.prefill)) if req.prefill else 0)
 
-    async def complete(self, s: Session, req: ChatRequest, api: Api) -> ChatResult:
+    async def complete(self, s: Session, req: ChatRequest, api: Api, on_delta: DeltaSink | None = None) -> ChatResult:
+        """Serve ``req`` on session ``s`` (see the module docstring). ``on_delta``: stream the reply's
+        text as it is sampled (:class:`~lego.proxies.streaming.TextDeltas`); the result still holds all of it."""
         t0 = time.perf_counter()
         session_id = s.id
         self._check_open(s)
@@ -328,7 +335,22 @@ class ProxyService:
             self._spend_generation(s)
             t_engine = time.perf_counter()
             try:
-                gen = await self.engine.generate(call.prompt_ids, sampling, ctx)
+                if on_delta is not None and _streams(self.engine):
+                    deltas = TextDeltas(
+                        self.chat,
+                        req.tools,
+                        req.stop,
+                        thinking_open=self.chat.decode(call.prompt_ids[-4:]).rstrip().endswith(THINK_OPEN),
+                        enabled=not forced_ids,
+                    )
+
+                    def on_tokens(ids: list[int]) -> None:
+                        for kind, text in deltas.feed(ids):
+                            on_delta(kind, text)
+
+                    gen = await self.engine.generate(call.prompt_ids, sampling, ctx, on_tokens=on_tokens)
+                else:
+                    gen = await self.engine.generate(call.prompt_ids, sampling, ctx)
             except ContextOverflowError as exc:
                 raise self._overflow(s, main, str(exc)) from exc
             except EngineUnavailableError as exc:
@@ -558,6 +580,14 @@ class ProxyService:
             update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"}
         )
         return cut, first
+
+
+def _streams(engine: Engine) -> bool:
+    """Whether ``engine.generate`` takes ``on_tokens`` (an engine without it answers all at once)."""
+    try:
+        return "on_tokens" in inspect.signature(engine.generate).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _jsonable(v: Any) -> bool:
