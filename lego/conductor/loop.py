@@ -383,7 +383,7 @@ def train(
         _reconcile_metrics(run, trainer.step_count, last_line)
         policy = Policy.start(cfg.engine, cfg.proxy, name="policy")
     weights: WeightSync | None = None
-    interrupted = False
+    interrupted = in_rollouts = False
     saved_step = trainer.step_count
     try:
         weights = build_weight_sync(cfg.engine, policy.engine)  # engine.kind picks how weights travel
@@ -411,12 +411,10 @@ def train(
             step_dir = run.trajectories(step + 1)
             shutil.rmtree(step_dir, ignore_errors=True)  # a step killed midway is redone from scratch
             picked = _step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
-            try:
-                ready_tasks = [prepare(t) for t in picked]
-                trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console))
-            except KeyboardInterrupt:
-                interrupted = True
-                raise
+            ready_tasks = [prepare(t) for t in picked]
+            in_rollouts = True
+            trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console))
+            in_rollouts = False
             t_roll = time.monotonic() - t0
             for i, t in enumerate(trajs):
                 atomic_write_text(step_dir / f"{i:03d}-{t.task_id}.json", t.model_dump_json())
@@ -463,10 +461,11 @@ def train(
             if on_step is not None:
                 on_step(step, m)
     except KeyboardInterrupt:
-        if not interrupted:  # Ctrl-C outside the rollouts (mid-update): the trainer state may be half-written
-            raise
+        interrupted = True
         console.print("interrupted: stopping the proxy; in-flight rollouts are dropped", highlight=False)
-        if trainer.step_count > saved_step and last_line is not None:  # checkpoint_every > 1: keep the last step
+        # checkpoint_every > 1: keep the last finished step. Only from the rollouts: a Ctrl-C inside the
+        # update may leave the trainer half-stepped, and then the last checkpoint is what stands.
+        if in_rollouts and trainer.step_count > saved_step and last_line is not None:
             save_checkpoint(
                 trainer, run.root, extra={"metrics": last_line}, export_merged=cfg.training.finetune == "lora"
             )

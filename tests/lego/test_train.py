@@ -151,6 +151,7 @@ def test_ctrl_c_stops_within_seconds_and_says_how_to_resume(tasks: Path, tiny_mo
     assert f"saved step {saved}; continue with `lego train --resume`" in stdout, stdout[-3000:]
     # off a terminal the log says what happens: loading, each rollout, each step
     assert "loading the policy" in stdout and "step 1 rollout 1/2:" in stdout and "step 1/3 |" in stdout
+    assert "Warning" not in stdout, stdout[:2000]  # nothing from the libraries opens the run
     assert (out / "checkpoints" / f"step_{saved:06d}").is_dir()
     res = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=900, check=False)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -87,9 +87,13 @@ def cli() -> None:
 def _quiet_libraries() -> None:
     """lego draws its own progress; silence transformers' per-load bars and info logs."""
     import os
+    import warnings
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    # peft asks transformers for `is_gradient_checkpointing`, deprecated in transformers 5: a warning
+    # about library internals that opened every `lego train`, with nothing for the user to do.
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
     try:
         from transformers.utils import logging as hf_logging
     except ImportError:
