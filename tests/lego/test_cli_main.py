@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -38,3 +39,15 @@ def test_bad_override_exits_2_naming_the_key() -> None:
 def test_doctor_prints_a_table_with_fixes() -> None:
     res = _lego("doctor")
     assert "bubblewrap" in res.stdout and "torch" in res.stdout and "docker engine" in res.stdout
+
+
+def test_eval_refuses_a_missing_policy_dir_before_it_starts(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent"
+    res = subprocess.run(
+        [sys.executable, "-m", "lego.conductor.cli.main", "eval", "--policy", f"rl={missing}", "--harness",
+         "lego-agent", "--tasks", "builtin:heldout", "--samples", "1", "--out", str(tmp_path / "ev")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert f"--policy rl={missing}: '{missing}' is not a directory" in res.stderr
+    assert not (tmp_path / "ev").exists()  # refused before any sample ran
