@@ -25,6 +25,13 @@ replies are JSON objects). Every request carries its own reply socket as its fir
 * ``killall`` with ``[reply]``: SIGKILL every other process of the sandbox, wait until
   all are reaped, reply ``{"done": true}``.
 
+Between commands nothing of the agent runs: when the last running command ends, every process it
+left behind is stopped (SIGSTOP) before the command is reaped, except those still holding the
+command's stdout/stderr (lego waits for those pipes, as it always did), and the next ``exec``
+resumes them (SIGCONT). So a daemon cannot keep writing to the repo once the harness has returned and before
+lego kills it; one that learns of the end sooner than a reap shows it (a pipe's EOF, the zombie
+state in /proc) still has the microseconds until this server is woken, which is what remains.
+
 Further arguments are descriptors of ``cgroup.procs`` files (opened by lego) that every command
 joins before it execs: the limits hold for the agent's processes, not for this server.
 
@@ -105,6 +112,18 @@ def _kill(pids: list[int]) -> None:
             os.kill(p, signal.SIGKILL)
 
 
+def _holding(pipes: set[str]) -> list[int]:
+    """Processes of the sandbox with one of ``pipes`` open (a non-dumpable one hides its fds: not listed)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{name}/fd/{fd}") in pipes for fd in os.listdir(f"/proc/{name}/fd")):
+                out.append(int(name))
+    return out
+
+
 def _start(fds: list[int], cgroups: list[int]) -> int:
     """Fork and exec one command on the received descriptors; returns the child's pid."""
     req = _read_request(fds[1])
@@ -159,6 +178,7 @@ def serve(ctrl_fd: int, cgroups: list[int]) -> None:
     sel.register(ctrl, selectors.EVENT_READ, "ctrl")
     sel.register(wake_r, selectors.EVENT_READ, "wake")
     running: dict[int, socket.socket] = {}  # command pid -> its reply socket
+    outputs: dict[int, set[str]] = {}  # command pid -> its stdout/stderr pipes, as /proc/*/fd names them
     waiting: list[socket.socket] = []  # killall replies owed once every child is reaped
 
     def killall() -> None:
@@ -168,7 +188,29 @@ def serve(ctrl_fd: int, cgroups: list[int]) -> None:
         else:
             _kill([p for p in _tree(os.getpid()) if p != os.getpid()])
 
+    def stop_leftovers() -> None:
+        """Stop (SIGSTOP) every process still in the sandbox once the last running command has ended,
+        BEFORE that command is reaped: an agent's daemon that watches for the command's end by its
+        /proc entry sees it only after this, stopped, so it cannot write to the repo after the episode.
+        The next command resumes them (a server one command started serves the next); killall ends them."""
+        if not pid1:
+            return
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is not None and info.si_pid in running and len(running) == 1:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGSTOP)  # atomically: nothing can act between the stop and the check
+            # What still holds the command's output pipes is still part of it (`server &` without a
+            # redirect): lego waits for those pipes as before, so they run on until they close them.
+            held = outputs.get(info.si_pid, set())
+            for pid in _holding(held):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
     def reap() -> None:
+        stop_leftovers()
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -183,6 +225,7 @@ def serve(ctrl_fd: int, cgroups: list[int]) -> None:
                     killall()  # something forked while we killed: again, until none is left
                 return
             reply = running.pop(pid, None)
+            outputs.pop(pid, None)
             if reply is not None:
                 _send(reply, {"status": os.waitstatus_to_exitcode(status)})
                 with contextlib.suppress(KeyError, ValueError):
@@ -210,7 +253,11 @@ def serve(ctrl_fd: int, cgroups: list[int]) -> None:
                     killall()
                     reap()
                     continue
+                if pid1:  # what an earlier command left running (stopped when it ended) runs again
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(-1, signal.SIGCONT)
                 try:
+                    pipes = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in fds[3:5]}
                     pid = _start(fds, cgroups)
                 except (OSError, ValueError, KeyError, IndexError) as exc:  # fork failed (process cap) or bad request
                     _send(reply, {"error": f"cannot start a process: {getattr(exc, 'strerror', None) or exc}"})
@@ -220,6 +267,7 @@ def serve(ctrl_fd: int, cgroups: list[int]) -> None:
                     for fd in fds[1:]:
                         os.close(fd)
                 running[pid] = reply
+                outputs[pid] = pipes
                 sel.register(reply, selectors.EVENT_READ, pid)
                 _send(reply, {"pid": pid})
             else:

@@ -171,3 +171,18 @@ def test_commands_keep_exit_codes_stdin_and_timeouts(sb: LocalSandbox) -> None:
     assert res.timed_out and res.exit_code == 124 and res.wall_s < 10
     many = ["x" * 100] * 5000  # an argv beyond a socket message's size
     assert sb.exec(["sh", "-c", "echo $#", "sh", *many]).stdout.strip() == "5000"
+
+
+def test_a_daemon_racing_the_end_of_its_command_cannot_write_after_it(calc_task: Task) -> None:
+    """A detached process that busy-waits for its command's /proc entry to vanish, then writes to the
+    repo: the leftovers are stopped before the command is reaped, so the write never lands (before
+    this, 4 of 10 such writes reached the diff)."""
+    daemon = (
+        "P=$$; setsid python3 -c \"import os\nwhile os.path.exists('/proc/$P'): pass\n"
+        "open('calc/__init__.py', 'a').write('# late write')\" >/dev/null 2>&1 < /dev/null & sleep 0.3"
+    )
+    for _ in range(5):
+        with LocalSandbox(calc_task, SandboxConfig()) as box:
+            assert box.exec(daemon).exit_code == 0
+            box.kill_agent_processes()
+            assert "late write" not in box.diff()
