@@ -55,6 +55,7 @@ from lego.types import (
 )
 
 __all__ = [
+    "ORACLE_MAX_TOKENS",
     "SIDE_CALLS_PER_TURN",
     "DriveOutcome",
     "Policy",
@@ -64,6 +65,7 @@ __all__ = [
     "drive_and_grade",
     "eval_sample_fn",
     "final_label",
+    "oracle_config",
 ]
 
 log = logging.getLogger("lego.conductor.rollout")
@@ -428,6 +430,22 @@ def _safe_version(harness: Harness) -> str:
         return "unknown"
 
 
+ORACLE_MAX_TOKENS = 8192
+"""lego-agent's completion budget when the oracle plays: it writes a whole gold patch in one tool call
+(533 tokens on builtin roman-0001), which the budget that bounds a policy's runaway samples would cut."""
+
+
+def oracle_config(cfg: LegoConfig) -> LegoConfig:
+    """``cfg`` with room for the oracle's completions (lego-agent's budget raised to
+    :data:`ORACLE_MAX_TOKENS` unless it is larger already)."""
+    from lego.config import validate_config
+
+    data = cfg.model_dump()
+    options = data["harness"]["options"].setdefault("lego-agent", {})
+    options["max_tokens"] = max(int(options.get("max_tokens") or 0), ORACLE_MAX_TOKENS)
+    return validate_config(data)
+
+
 def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path, cfg: LegoConfig) -> Callable[[Any], Any]:
     """The production ``run_sample`` of ``lego eval`` (an :class:`lego.eval.runner.SampleFnFactory`).
 
@@ -447,7 +465,8 @@ def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path, cfg: Leg
             model = spec.policy(name).model
             kind = "oracle" if model == "oracle" else engine_kind
             ecfg = cfg.engine.model_copy(update={"kind": kind, "model": "default" if model == "oracle" else model})
-            policies[name] = RolloutRunner(cfg, Policy.start(ecfg, cfg.proxy, name=name))
+            run_cfg = oracle_config(cfg) if kind == "oracle" else cfg
+            policies[name] = RolloutRunner(run_cfg, Policy.start(ecfg, cfg.proxy, name=name))
         return policies[name]
 
     import threading

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 __all__ = ["cut_turns", "run"]
 
-ORACLE_MAX_TOKENS = 8192
 HELD_GUARDS = ("egress_blocked", "history_strip")
 """Guard flags that say a protection held (lego.sandboxes.guards); every other flag is a detection."""
 
@@ -111,16 +110,14 @@ def run(
       lego run --harness lego-agent --engine oracle --task lego-builtin__roman-0001
       lego run --harness mini-swe-agent --engine transformers --task lego-builtin__roman-0001 --max-turns 5
     """
-    from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
+    from lego.conductor.rollout import ORACLE_MAX_TOKENS, Policy, RolloutOptions, RolloutRunner
     from lego.config import load_config
     from lego.io import atomic_write_text
     from lego.sandboxes.tasks.sources import load_source
 
     extra = [f"engine.kind={engine_kind}", f"engine.model={model}"]
     if engine_kind == "oracle":
-        # The oracle writes the whole gold patch in one tool call (533 tokens on builtin roman-0001);
-        # the default's 512-token lego-agent budget bounds a *policy's* runaway samples and would cut
-        # it. An explicit -o below still wins.
+        # Room for the oracle's one-call patches (see ORACLE_MAX_TOKENS); an explicit -o below still wins.
         extra.append(f"harness.options.lego-agent.max_tokens={ORACLE_MAX_TOKENS}")
     if vllm_url:
         extra.append(f"engine.vllm_url={vllm_url}")
