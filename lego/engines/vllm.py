@@ -10,6 +10,10 @@ Wire format (vLLM's OpenAI-compatible ``POST /v1/completions``, with vLLM's own 
     response  {"choices": [{"text", "finish_reason", "token_ids": [...], "prompt_token_ids": [...],
                "logprobs": {"tokens": ["token_id:123", ...], "token_logprobs": [...]}}],
                "usage": {...}}
+    streamed  with ``on_tokens``, the same request with "stream": true; vLLM answers SSE
+              ``data: {"choices": [{"text", "token_ids": [delta...], "logprobs": {"tokens",
+              "token_logprobs"} of the delta, "finish_reason" (last chunk), "prompt_token_ids"
+              (first chunk)}]}`` chunks, then ``data: [DONE]``
 
 ``prompt`` as a list of ints is taken as token ids (no re-tokenization); ``return_token_ids``
 (vLLM >= 0.10.2) returns the sampled ids and the prompt ids the engine saw, which are checked
@@ -21,8 +25,8 @@ taken after temperature scaling (lego's contract: ``log_softmax(logits / T)``); 
 the proxy turns off top-p / top-k, so nothing else touches them. The default ``raw_logprobs`` mode
 ignores temperature and breaks that contract at T != 1.
 
-Transient failures (connection errors, 429, 5xx) are retried with backoff; a cancelled
-``generate`` closes its HTTP request, and vLLM aborts a request whose client disconnected.
+Transient failures (connection errors, 429, 5xx) are retried with backoff (a stream only before
+its first chunk); a cancelled ``generate`` closes its HTTP request or stream, and vLLM aborts a request whose client disconnected.
 
 Weights reach the server through ``lego.conductor.weight_sync`` (full reload or LoRA hot-load over
 vLLM's own HTTP API, talking to ``base_url`` with ``api_key``); once the server serves them it calls
@@ -33,6 +37,7 @@ version. ``load_weights`` (an in-process state dict) cannot reach a remote serve
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -40,7 +45,8 @@ from typing import Any
 import httpx
 
 from lego.config import EngineConfig
-from lego.errors import ConfigError, ContextOverflowError, EngineError, EngineUnavailableError
+from lego.engines.base import TokenSink
+from lego.errors import ConfigError, ContextOverflowError, EngineError, EngineUnavailableError, LegoError
 from lego.types import Generation, RequestContext, SamplingParams
 
 __all__ = ["VLLMEngine"]
@@ -49,8 +55,22 @@ _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _OVERFLOW_HINTS = ("maximum context length", "context length", "max_model_len", "too long")
 
 
+def _sampled_ids(choice: dict[str, Any], lp: dict[str, Any]) -> list[int]:
+    """A choice's sampled ids: ``token_ids``, or on servers before ``return_token_ids`` its
+    ``"token_id:123"`` logprob tokens."""
+    ids = choice.get("token_ids")
+    if ids is not None:
+        return [int(i) for i in ids]
+    try:
+        return [int(str(t).removeprefix("token_id:")) for t in lp["tokens"]]
+    except (KeyError, ValueError) as exc:
+        raise EngineError("vLLM returned neither token_ids nor token_id:N tokens; upgrade vLLM to >= 0.10.2") from exc
+
+
 class VLLMEngine:
     """An :class:`~lego.engines.base.Engine` backed by a running `vllm serve` (see the module docstring)."""
+
+    takes_answer = False
 
     def __init__(
         self,
@@ -108,40 +128,102 @@ class VLLMEngine:
         return str(card["id"]), window
 
     # ------------------------------------------------------------------ requests
+    def _failure(self, status: int, text: str, path: str, body: dict[str, Any]) -> LegoError:
+        """What an answer other than 200 means; an EngineError with ``retryable`` set is worth another try."""
+        if status == 400 and any(h in text.lower() for h in _OVERFLOW_HINTS):
+            prompt = body.get("prompt")
+            return ContextOverflowError(
+                len(prompt) if isinstance(prompt, list) else 0, int(body.get("max_tokens", 0)), self.max_model_len
+            )
+        err = EngineError(f"vLLM answered {status} to {path}: {text}")
+        err.retryable = status in _RETRY_STATUS
+        return err
+
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._request(path, body, None)
+
+    async def _request(self, path: str, body: dict[str, Any], on_tokens: TokenSink | None) -> dict[str, Any]:
+        """POST ``body``; with ``on_tokens``, read the answer as vLLM's SSE stream (see :meth:`_read_stream`).
+
+        Only the opening is retried: once a stream has handed ids to ``on_tokens`` a second try would
+        hand them again, so a stream that breaks is an EngineUnavailableError.
+        """
         delay = self.backoff_s
         for attempt in range(self.max_retries + 1):
             try:
                 self._client_loop = asyncio.get_running_loop()
-                r = await self.client.post(f"{self.base_url}{path}", json=body, headers=self._headers)
+                async with self.client.stream("POST", f"{self.base_url}{path}", json=body, headers=self._headers) as r:
+                    if r.status_code == 200:
+                        if on_tokens is not None:
+                            return await self._read_stream(r, on_tokens)
+                        data: dict[str, Any] = json.loads(await r.aread())
+                        return data
+                    await r.aread()
+                    err = self._failure(r.status_code, r.text[:500], path, body)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 if attempt == self.max_retries:
                     raise EngineUnavailableError(
                         f"vLLM at {self.base_url} unreachable after {attempt + 1} tries: {exc}"
                     ) from exc
             else:
-                if r.status_code == 200:
-                    data: dict[str, Any] = r.json()
-                    return data
-                text = r.text[:500]
-                if r.status_code == 400 and any(h in text.lower() for h in _OVERFLOW_HINTS):
-                    prompt = body.get("prompt")
-                    raise ContextOverflowError(
-                        len(prompt) if isinstance(prompt, list) else 0,
-                        int(body.get("max_tokens", 0)),
-                        self.max_model_len,
-                    )
-                if r.status_code not in _RETRY_STATUS or attempt == self.max_retries:
-                    err = EngineError(f"vLLM answered {r.status_code} to {path}: {text}")
-                    err.retryable = r.status_code in _RETRY_STATUS
+                if not getattr(err, "retryable", False) or attempt == self.max_retries:
                     raise err
             await asyncio.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
 
+    async def _read_stream(self, r: httpx.Response, on_tokens: TokenSink) -> dict[str, Any]:
+        """Read vLLM's streamed completion, handing each chunk's ids to ``on_tokens`` as it arrives.
+
+        Each ``data: {...}`` chunk's choice carries the delta: ``token_ids`` (the prompt's
+        ``prompt_token_ids`` on the first chunk only), ``logprobs.tokens`` / ``token_logprobs`` for
+        the same tokens, and ``finish_reason`` on the last; ``data: [DONE]`` ends the stream, and an
+        error after the headers arrives as a chunk with ``error``. Returns the chunks joined into
+        the non-stream answer's shape, for :meth:`_generation` to check and read.
+        """
+        ids: list[int] = []
+        tokens: list[str] = []
+        token_logprobs: list[Any] = []
+        joined: dict[str, Any] = {"finish_reason": None, "prompt_token_ids": None}
+        try:
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    joined["token_ids"] = ids
+                    joined["logprobs"] = {"tokens": tokens, "token_logprobs": token_logprobs}
+                    return {"choices": [joined]}
+                chunk = json.loads(payload)
+                if "error" in chunk or chunk.get("object") == "error":
+                    detail = chunk.get("error", chunk)
+                    raise EngineError(f"vLLM failed mid-stream after {len(ids)} tokens: {detail}")
+                for choice in chunk.get("choices") or []:  # the usage chunk has none
+                    lp = choice.get("logprobs") or {}
+                    new = _sampled_ids(choice, lp)
+                    tokens.extend(lp.get("tokens") or [])
+                    token_logprobs.extend(lp.get("token_logprobs") or [])
+                    if choice.get("prompt_token_ids") is not None:
+                        joined["prompt_token_ids"] = choice["prompt_token_ids"]
+                    joined["finish_reason"] = choice.get("finish_reason") or joined["finish_reason"]
+                    if new:
+                        ids.extend(new)
+                        on_tokens(new)
+        except httpx.HTTPError as exc:
+            raise EngineUnavailableError(f"vLLM's stream broke after {len(ids)} tokens: {exc}") from exc
+        except ValueError as exc:
+            raise EngineError(f"vLLM sent a stream chunk that is not JSON ({exc}); is it a vLLM server?") from exc
+        raise EngineUnavailableError(f"vLLM's stream ended after {len(ids)} tokens without data: [DONE]")
+
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> Generation:
+        """Sample after ``prompt_ids``; with ``on_tokens``, the same request is streamed (``stream: true``)
+        and each chunk's ids are handed on as vLLM sends them."""
         if len(prompt_ids) + 1 > self.max_model_len:
             raise ContextOverflowError(len(prompt_ids), sampling.max_tokens, self.max_model_len)
         body: dict[str, Any] = {
@@ -152,7 +234,7 @@ class VLLMEngine:
             "top_p": sampling.top_p,
             "top_k": sampling.top_k if sampling.top_k > 0 else -1,
             "n": 1,
-            "stream": False,
+            "stream": on_tokens is not None,
             "logprobs": 0,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
@@ -165,7 +247,7 @@ class VLLMEngine:
             body["seed"] = sampling.seed
         version = self.policy_version
         t0 = time.perf_counter()
-        data = await self._post("/v1/completions", body)
+        data = await self._request("/v1/completions", body, on_tokens)
         return self._generation(data, prompt_ids, version, time.perf_counter() - t0)
 
     def _generation(self, data: dict[str, Any], prompt_ids: list[int], version: int, elapsed: float) -> Generation:
@@ -177,14 +259,7 @@ class VLLMEngine:
             raise EngineError(
                 f"vLLM's completion lacks choices[0].logprobs.token_logprobs ({exc}); is it a vLLM server?"
             ) from exc
-        ids = choice.get("token_ids")
-        if ids is None:  # servers before return_token_ids: read "token_id:123" strings
-            try:
-                ids = [int(str(t).removeprefix("token_id:")) for t in lp["tokens"]]
-            except (KeyError, ValueError) as exc:
-                raise EngineError(
-                    "vLLM returned neither token_ids nor token_id:N tokens; upgrade vLLM to >= 0.10.2"
-                ) from exc
+        ids = _sampled_ids(choice, lp)
         seen = choice.get("prompt_token_ids")
         if seen is not None and list(seen) != list(prompt_ids):
             raise EngineError(

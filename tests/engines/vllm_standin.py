@@ -8,7 +8,9 @@ directory, so generation and logprobs are real and a weight load changes what is
 - ``POST /v1/completions``: token-in (``prompt`` as ids) with ``logprobs: 0``, ``return_token_ids``
   (sampled ids and the prompt ids seen) and ``token_id:N`` tokens; the body is validated against
   the fields lego sends (an unknown field is a 400, as a contract pin). ``model`` must name the
-  served model or a loaded adapter (vLLM answers 404 otherwise).
+  served model or a loaded adapter (vLLM answers 404 otherwise). With ``stream: true`` it answers
+  vLLM's SSE: one ``data:`` chunk per run of ids the engine samples (delta ``token_ids`` and their
+  logprobs, ``prompt_token_ids`` on the first, ``finish_reason`` on the last), then ``data: [DONE]``.
 - ``POST /collective_rpc {"method": "reload_weights"}`` (``VLLM_SERVER_DEV_MODE``): re-read the
   safetensors of the served directory, as vLLM's ``reload_weights()`` does.
 - ``POST /reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE``).
@@ -17,7 +19,7 @@ directory, so generation and logprobs are real and a weight load changes what is
 
 What it does not do: serve the base model and adapters side by side (after a LoRA load every name
 is served by the merged weights; lego unloads the previous adapter at once, so it never asks for
-both), batching across adapters, streaming.
+both), batching across adapters, ``stream_options`` (usage chunks).
 
 ``loads`` records each weight delivery: (route, what was loaded, the engine's version after it).
 """
@@ -25,8 +27,11 @@ both), batching across adapters, streaming.
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +39,10 @@ import uvicorn
 from pydantic import BaseModel, ConfigDict
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from lego.engines.batching import PendingRequest
 from lego.engines.transformers_engine import TransformersEngine
 from lego.errors import ContextOverflowError
 from lego.types import SamplingParams
@@ -127,7 +133,7 @@ class VLLMStandIn:
         body = CompletionBody.model_validate(await request.json())
         if body.model != self.served_model_name and body.model not in self.adapters:
             return _error(404, f"The model `{body.model}` does not exist.")
-        if body.logprobs != 0 or not body.return_token_ids or body.n != 1 or body.stream:
+        if body.logprobs != 0 or not body.return_token_ids or body.n != 1:
             return _error(400, "the stand-in serves lego's request shape only: logprobs=0, return_token_ids, n=1")
         sampling = SamplingParams(
             max_tokens=body.max_tokens,
@@ -137,6 +143,11 @@ class VLLMStandIn:
             seed=body.seed,
             stop_token_ids=body.stop_token_ids,
         )
+        if body.stream:
+            if len(body.prompt) + 1 > self.engine.max_model_len:
+                return _error(400, f"This model's maximum context length is {self.engine.max_model_len} tokens.")
+            self.completions_served += 1
+            return StreamingResponse(self._stream(body, sampling), media_type="text/event-stream")
         try:
             gen = await self.engine.generate(body.prompt, sampling)
         except ContextOverflowError as exc:
@@ -172,6 +183,61 @@ class VLLMStandIn:
                 "usage": usage,
             }
         )
+
+    async def _stream(self, body: CompletionBody, sampling: SamplingParams) -> AsyncIterator[str]:
+        """vLLM's SSE chunks, one per run of ids the engine hands its sink.
+
+        The engine's sink receives ids only, so the stand-in submits the request to the engine's
+        scheduler itself and reads each id's logprob from the request (the decode loop appends the
+        logprob before it hands the id on). One chunk is held back so the last carries finish_reason.
+        """
+        loop = asyncio.get_running_loop()
+        runs: asyncio.Queue[list[int] | None] = asyncio.Queue()
+        request = PendingRequest(
+            prompt_ids=list(body.prompt),
+            sampling=sampling,
+            max_tokens=min(body.max_tokens, self.engine.max_model_len - len(body.prompt)),
+            seed=sampling.seed if sampling.seed is not None else random.randrange(2**31),
+            loop=loop,
+            future=loop.create_future(),
+            on_tokens=runs.put_nowait,
+        )
+        # Runs before the done-callback: emit() and resolve() both go through call_soon_threadsafe.
+        request.future.add_done_callback(lambda _: runs.put_nowait(None))
+        self.engine.scheduler.submit(request)
+
+        def chunk(ids: list[int], start: int, first: bool, finish: str | None) -> str:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": "",
+                "logprobs": {
+                    "tokens": [f"token_id:{t}" for t in ids],
+                    "token_logprobs": request.logprobs[start : start + len(ids)],
+                    "top_logprobs": [None] * len(ids),
+                    "text_offset": list(range(start, start + len(ids))),
+                },
+                "finish_reason": finish,
+                "stop_reason": None,
+                "prompt_token_ids": body.prompt if first else None,
+                "token_ids": ids,
+            }
+            out = {"id": "cmpl-standin", "object": "text_completion", "created": 0, "model": body.model}
+            return f"data: {json.dumps({**out, 'choices': [choice]})}\n\n"
+
+        try:
+            held: list[int] = []
+            sent = 0
+            while (run := await runs.get()) is not None:
+                if held:
+                    yield chunk(held, sent, sent == 0, None)
+                    sent += len(held)
+                held = run
+            gen = request.future.result()
+            yield chunk(held, sent, sent == 0, gen.finish_reason)
+            yield "data: [DONE]\n\n"
+        finally:
+            if not request.future.done():  # the client left: the engine drops the row at its next step
+                request.future.cancel()
 
     # ---- weights
     async def collective_rpc(self, request: Request) -> Response:
