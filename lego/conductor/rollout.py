@@ -100,7 +100,9 @@ class Policy:
         chat = ChatFormat.from_pretrained(model_path, engine_cfg.chat_template, engine_cfg.tool_parser)
         engine = build_engine(engine_cfg)
         tmp = tempfile.TemporaryDirectory(prefix="lego-proxy-")
-        cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock")})
+        # Strict: rollouts open every session explicitly, so a request naming any other is a bug or an
+        # attack, answered 404 rather than recorded into a session of its own making.
+        cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock"), "strict_sessions": True})
         proxy = ProxyServer(engine, chat, cfg)
         proxy.start()
         return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, _tmp=tmp)

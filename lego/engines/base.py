@@ -24,6 +24,9 @@ class Engine(Protocol):
 
     policy_version: int
     max_model_len: int
+    takes_answer: bool
+    """True only for an engine that plays the task's answer (the oracle): the proxy gives a session's
+    gold patch (``RequestContext.answer``) to such an engine and refuses it for every other."""
 
     async def generate(
         self,

@@ -61,6 +61,8 @@ class TransformersEngine:
     ``load_weights({})`` to bump ``policy_version``.
     """
 
+    takes_answer = False
+
     def __init__(
         self,
         model_path: str | Path,

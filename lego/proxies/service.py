@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from lego.config import ProxyConfig
 from lego.engines.base import Engine
 from lego.errors import ChatFormatError, ContextOverflowError, EngineError, EngineUnavailableError
-from lego.models.tool_parsers import THINK_OPEN
+from lego.models.tool_parsers import THINK_OPEN, ParsedCompletion
 from lego.proxies.errors import Api, ApiError
 from lego.proxies.recorder import ChatTemplate, SessionRecorder
 from lego.proxies.streaming import DeltaSink, TextDeltas
@@ -53,9 +53,11 @@ _FORCEABLE = ("hermes", "qwen3_coder")  # tool-call formats whose call opening t
 class ChatFormatLike(ChatTemplate, Protocol):
     """The chat format the proxy needs: the recorder's template plus completion parsing."""
 
-    def parse(self, token_ids: list[int], tools: list[dict[str, Any]] | None = None, id_salt: str = "") -> Any: ...
+    def parse(
+        self, token_ids: list[int], tools: list[dict[str, Any]] | None = None, id_salt: str = ""
+    ) -> ParsedCompletion: ...
 
-    def to_message(self, parsed: Any) -> Message: ...
+    def to_message(self, parsed: ParsedCompletion) -> Message: ...
 
     tool_call_format: str  # a lego.models.tool_parsers.PARSERS name: how a forced tool call is opened
 
@@ -160,7 +162,7 @@ def _digest(token: str) -> bytes:
 
 def takes_answer(engine: Engine) -> bool:
     """Whether ``engine`` declares that it plays the task's answer (``takes_answer = True``: the oracle)."""
-    return getattr(engine, "takes_answer", False) is True
+    return engine.takes_answer is True
 
 
 class ProxyService:
@@ -373,10 +375,10 @@ class ProxyService:
             parsed = self.chat.parse(forced_ids + gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}")
             message = self.chat.to_message(parsed)
             if req.tool_choice == "none" and message.get("tool_calls"):
-                message = {"role": "assistant", "content": getattr(parsed, "text", "") or message.get("content") or ""}
+                message = {"role": "assistant", "content": parsed.text or message.get("content") or ""}
             if forced_ids and req.tool_choice not in (None, "auto", "none"):
                 self._check_tool_choice(s, req, message, gen, wanted)
-            parse_errors = len(getattr(parsed, "parse_errors", []) or [])
+            parse_errors = len(parsed.parse_errors)
             rec.commit(call, gen, message, parse_failures=parse_errors)
         finish = "tool_calls" if message.get("tool_calls") else ("length" if gen.finish_reason == "length" else "stop")
         total = time.perf_counter() - t0
@@ -386,7 +388,7 @@ class ProxyService:
         headers["x-lego-proxy-ms"] = f"{(total - engine_s) * 1000:.3f}"
         return ChatResult(
             message=message,
-            reasoning=str(getattr(parsed, "reasoning", "") or message.get("reasoning_content") or ""),
+            reasoning=str(parsed.reasoning or message.get("reasoning_content") or ""),
             finish_reason=finish,
             prompt_tokens=len(call.prompt_ids),
             completion_tokens=len(gen.token_ids),

@@ -37,6 +37,8 @@ class ScriptedEngine:
     """Plays chosen completions (ids) with logprobs from the real engine; samples for real when
     the script is empty. A random model never writes a tool call, so the tool turn is scripted."""
 
+    takes_answer = False
+
     def __init__(self, real: TransformersEngine) -> None:
         self.real = real
         self.script: list[list[int]] = []

@@ -22,6 +22,8 @@ from lego.types import Generation, RequestContext, SamplingParams
 class ScriptedEngine:
     """Replays scripted completions (text rendered to ids) with logprobs scored by a real engine."""
 
+    takes_answer = False
+
     def __init__(self, real: Any, chat_format: Any) -> None:
         self.real = real
         self.chat = chat_format

@@ -52,6 +52,8 @@ _WORDS = "def class return import self value test assert error file line patch t
 class InstantEngine:
     """An engine that answers instantly with one fixed completion (so latency is all proxy)."""
 
+    takes_answer = False
+
     def __init__(self, completion_ids: list[int], max_model_len: int = 1_000_000) -> None:
         self.completion_ids = completion_ids
         self.max_model_len = max_model_len
