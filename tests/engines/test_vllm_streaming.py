@@ -77,3 +77,27 @@ def test_a_proxy_over_vllm_streams_deltas_and_records_what_the_non_stream_path_r
     assert "".join(deltas) == reply.choices[0].message.content
     assert streamed_seg.response_ids == whole_seg.response_ids
     assert streamed_seg.response_logprobs == whole_seg.response_logprobs
+
+
+def test_cancelling_a_stream_closes_it_and_the_server_stops_generating(standin: VLLMStandIn) -> None:
+    engine = VLLMEngine(standin.url)
+
+    before = standin.engine.stats["generated_tokens"]
+
+    async def go() -> tuple[int, int]:
+        first = asyncio.Event()
+        task = asyncio.create_task(
+            engine.generate([1, 2, 3], SamplingParams(max_tokens=2000), on_tokens=lambda ids: first.set())
+        )
+        await asyncio.wait_for(first.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(1.0)  # the stand-in sees the disconnect and the engine drops the row
+        settled = standin.engine.stats["generated_tokens"]
+        await asyncio.sleep(0.5)
+        await engine.close()
+        return settled, standin.engine.stats["generated_tokens"]
+
+    settled, later = asyncio.run(go())
+    assert later == settled < before + 2000  # stopped, not run to max_tokens
