@@ -373,15 +373,22 @@ def train(
     console = console or Console()
     run, ckpt = _prepare_run(cfg, resume)
     t_setup = time.monotonic()
-    with _status(console, "loading the policy, the trainer and the tasks"):
-        tasks, prepare = _load_tasks(cfg, cfg.tasks.split, lazy=True)
-        trainer = Trainer.from_config(cfg)
-        last_line = None
-        if ckpt is not None:
-            extra = restore_checkpoint(trainer, ckpt)
-            last_line = extra.get("metrics")
-        _reconcile_metrics(run, trainer.step_count, last_line)
-        policy = Policy.start(cfg.engine, cfg.proxy, name="policy")
+    try:
+        with _status(console, "loading the policy, the trainer and the tasks"):
+            tasks, prepare = _load_tasks(cfg, cfg.tasks.split, lazy=True)
+            trainer = Trainer.from_config(cfg)
+            last_line = None
+            if ckpt is not None:
+                extra = restore_checkpoint(trainer, ckpt)
+                last_line = extra.get("metrics")
+            _reconcile_metrics(run, trainer.step_count, last_line)
+            policy = Policy.start(cfg.engine, cfg.proxy, name="policy")
+    except BaseException:
+        # A run that never started (the model refused, the tasks missing) leaves no directory that
+        # `--resume` would then mistake for a run: only what _prepare_run wrote is removed.
+        if ckpt is None and {p.name for p in run.root.iterdir()} <= {"config.toml", "metrics.jsonl"}:
+            shutil.rmtree(run.root, ignore_errors=True)
+        raise
     weights: WeightSync | None = None
     interrupted = in_rollouts = False
     saved_step = trainer.step_count

@@ -214,3 +214,16 @@ def test_step_metrics_count_the_reward_and_who_failed() -> None:
     m = step_metrics(trajs, {})
     assert m["reward/pass_rate"] == pytest.approx(1 / 3)  # the zeroed fix does not pass; the infra one is not scored
     assert (m["rollout/infra_failures"], m["rollout/policy_failures"], m["guards/zeroed"]) == (1.0, 1.0, 0.25)
+
+
+def test_a_run_that_cannot_start_leaves_no_directory(tmp_path: Path) -> None:
+    """A refused model fails before step 1; no empty run directory is left for --resume to trip on."""
+    from lego.conductor.loop import train
+    from lego.config import load_config
+    from lego.errors import ModelError
+
+    out = tmp_path / "run"
+    cfg = load_config(None, [f"engine.model={tmp_path / 'missing'}", f"training.out_dir={out}"])
+    with pytest.raises(ModelError, match="is not a directory"):
+        train(cfg)
+    assert not out.exists()
