@@ -10,8 +10,8 @@ half of each rollout runs changes. One rollout is split at the seam the threads 
   the wire, and its fields are exactly the threads backend's.
 * worker (one Ray task = one rollout) — starts a forwarder
   ``socat UNIX-LISTEN:<tmp>/proxy.sock,fork TCP:<driver>:<port>``, then runs
-  :func:`lego.conductor.rollout.drive_and_grade` (fresh sandbox → harness → diff → grade in another fresh
-  sandbox) with that socket as the proxy, and returns the :class:`~lego.conductor.rollout.DriveOutcome`.
+  :func:`lego.conductor.drive.drive_and_grade` (fresh sandbox → harness → diff → grade in another fresh
+  sandbox) with that socket as the proxy, and returns the :class:`~lego.conductor.drive.DriveOutcome`.
 
 The driver's proxy keeps its control face on a private Unix socket and serves its *model face* on
 TCP at ``proxy.host:proxy.port`` (:meth:`lego.proxies.server.ProxyServer.listen_tcp`): model routes only,
@@ -25,7 +25,7 @@ At most ``concurrency`` rollouts are in flight (the driver submits the next as o
 a Ray task asking for one CPU. A task that crashes or loses its worker is recorded as ``env_error``
 with cause ``infrastructure`` (retried by the training loop), as the threads backend does; what the
 agent caused on the worker is attributed by :meth:`RolloutRunner.finish` on the driver, from the
-:class:`~lego.conductor.rollout.DriveOutcome` and what the driver's proxy recorded, exactly as for threads.
+:class:`~lego.conductor.drive.DriveOutcome` and what the driver's proxy recorded, exactly as for threads.
 """
 
 from __future__ import annotations

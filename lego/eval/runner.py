@@ -2,7 +2,7 @@
 concurrency, resumably.
 
 The runner knows nothing about engines, harnesses or sandboxes: ``run_sample(key) -> SampleResult``
-does one rollout (the lead's ``lego.conductor.rollout`` in production; any deterministic function in tests).
+does one rollout (the lead's ``lego.conductor.eval_samples`` in production; any deterministic function in tests).
 What the runner owns is the bookkeeping that makes an eval trustworthy:
 
 - every finished sample is written atomically to its own JSON file (:func:`lego.eval.results.sample_path`)

@@ -2,7 +2,7 @@
 
 The figure that matters for the embedded default: the starting policy's held-out pass@1 against
 the pass@1 of the policy after ``--minutes`` of the default RL loop, both measured through the eval
-code (:func:`lego.eval.runner.run_eval` with the production rollout, :func:`lego.conductor.rollout.eval_sample_fn`)
+code (:func:`lego.eval.runner.run_eval` with the production rollout, :func:`lego.conductor.eval_samples.eval_sample_fn`)
 on the same tasks with the same per-sample seeds, so the delta is paired (bootstrap CI and p-value
 from :mod:`lego.eval.matrix`). The "before" policy is the baseline measured in the same run.
 
@@ -32,7 +32,7 @@ class _BudgetSpent(Exception):
 
 
 def _evaluate(cfg: Any, policies: dict[str, str], tasks: list[Any], out: Path, samples: int, seed: int) -> Any:
-    from lego.conductor.rollout import eval_sample_fn
+    from lego.conductor.eval_samples import eval_sample_fn
     from lego.eval.results import EvalSpec, PolicySpec
     from lego.eval.runner import run_eval
 

@@ -7,7 +7,7 @@ for ``run_sample`` and hands both to :func:`lego.eval.runner.run_eval`. The fact
 MODULE:ATTR``, default :data:`DEFAULT_SAMPLE_FN`) has the signature
 :class:`lego.eval.runner.SampleFnFactory`: ``factory(spec, tasks, out_dir, cfg) -> run_sample``; it is
 where engines, proxy sessions, sandboxes and harnesses are built, from ``cfg``
-(``lego.conductor.rollout`` in production).
+(``lego.conductor.eval_samples`` in production).
 
 Policy names: ``--policy NAME=MODEL`` (a model dir, a checkpoint dir, or ``default``); a bare
 ``--policy oracle`` is the reserved oracle policy (plays gold patches). Bases: ``--base
@@ -36,7 +36,7 @@ from lego.types import Task
 
 __all__ = ["DEFAULT_SAMPLE_FN", "check_policy_paths", "eval_group", "load_tasks", "parse_policies", "run_defaults"]
 
-DEFAULT_SAMPLE_FN = "lego.conductor.rollout:eval_sample_fn"
+DEFAULT_SAMPLE_FN = "lego.conductor.eval_samples:eval_sample_fn"
 
 
 def parse_policies(values: tuple[str, ...], bases: tuple[str, ...]) -> list[PolicySpec]:

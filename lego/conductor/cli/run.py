@@ -110,7 +110,8 @@ def run(
       lego run --harness lego-agent --engine oracle --task lego-builtin__roman-0001
       lego run --harness mini-swe-agent --engine transformers --task lego-builtin__roman-0001 --max-turns 5
     """
-    from lego.conductor.rollout import ORACLE_MAX_TOKENS, Policy, RolloutOptions, RolloutRunner
+    from lego.conductor.eval_samples import ORACLE_MAX_TOKENS
+    from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
     from lego.config import load_config
     from lego.io import atomic_write_text
     from lego.sandboxes.tasks.sources import load_source
