@@ -90,10 +90,11 @@ from typing import Any
 
 from lego.config import SandboxConfig
 from lego.errors import SandboxError
-from lego.sandboxes.base import OUTPUT_CAP, pristine_template, sandbox_id, template_info
 from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR
-from lego.sandboxes.local import DIFF_FILE_CAP
+from lego.sandboxes.local_diff import DIFF_FILE_CAP
+from lego.sandboxes.processes import OUTPUT_CAP
 from lego.sandboxes.runtime import python_runtime
+from lego.sandboxes.templates import pristine_template, sandbox_id, template_info
 from lego.types import ExecResult, Task
 
 __all__ = ["LABEL", "DockerSandbox", "cleanup_leftovers", "docker_client", "new_run_id"]

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from lego.sandboxes.base import verify_history_strip
+from lego.sandboxes.templates import verify_history_strip
 
 __all__ = [
     "HACK_SIGNATURES",

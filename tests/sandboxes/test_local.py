@@ -14,10 +14,10 @@ from sbx_fixtures import git_in, make_task
 
 from lego.config import SandboxConfig
 from lego.errors import SandboxError, TaskError
-from lego.sandboxes.base import descendants
 from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.guards import verify_history_strip
 from lego.sandboxes.local import REPO_DIR, LocalSandbox
+from lego.sandboxes.processes import descendants
 from lego.seams import Sandbox
 from lego.types import Task
 
@@ -68,7 +68,7 @@ def test_state_persists_between_execs_and_close_kills_everything(calc_task: Task
     box = LocalSandbox(calc_task, SandboxConfig())
     box.exec("nohup sleep 300 >/dev/null 2>&1 &")
     assert "sleep" in box.exec("ps -eo comm").stdout  # the background process outlived its exec
-    inside = [int(p) for p in descendants(box._ns_pid)] + [box._ns_pid]
+    inside = [int(p) for p in descendants(box._procs.ns_pid)] + [box._procs.ns_pid]
     box.close()
     assert not [p for p in inside if _alive(p)]
     assert not box.host_dir.exists()
@@ -158,8 +158,8 @@ def test_cleanup_leftovers_removes_only_dead_sandboxes(calc_task: Task, tmp_path
     cfg = SandboxConfig(workdir=str(tmp_path))
     live, dead = LocalSandbox(calc_task, cfg), LocalSandbox(calc_task, cfg)
     try:
-        dead._init.kill()  # type: ignore[union-attr]  # a crashed run: init gone, directory left
-        dead._init.wait()  # type: ignore[union-attr]
+        dead._procs.init.kill()  # type: ignore[union-attr]  # a crashed run: init gone, directory left
+        dead._procs.init.wait()  # type: ignore[union-attr]
         assert cleanup_leftovers(cfg) == 1
         assert live.host_dir.exists() and not dead.host_dir.exists()
         assert live.exec("true").exit_code == 0
@@ -176,7 +176,7 @@ def test_repo_and_temp_space_share_one_disk_budget(calc_task: Task) -> None:
 
 
 def test_output_flood_and_closed_pipes_cannot_hang_or_exhaust_the_host(sb: LocalSandbox) -> None:
-    from lego.sandboxes.base import OUTPUT_CAP
+    from lego.sandboxes.processes import OUTPUT_CAP
 
     flood = sb.exec("yes lego", timeout=60)
     assert len(flood.stdout) == OUTPUT_CAP and "output exceeded" in flood.stderr and not flood.timed_out

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from lego.config import SandboxConfig
-from lego.sandboxes.base import descendants
 from lego.sandboxes.cgroup import enforcement
 from lego.sandboxes.local import LocalSandbox
+from lego.sandboxes.processes import descendants
 from lego.types import Task
 
 
@@ -36,7 +36,7 @@ def _status(pid: int, field: str) -> str:
 
 def test_no_process_of_the_sandbox_holds_host_root(sb: LocalSandbox) -> None:
     sb.exec("nohup sleep 300 >/dev/null 2>&1 &")
-    pids = [sb._ns_pid, *descendants(sb._ns_pid)]
+    pids = [sb._procs.ns_pid, *descendants(sb._procs.ns_pid)]
     assert len(pids) >= 2
     host_uids = {_status(p, "Uid") for p in pids}
     if os.geteuid() == 0:
@@ -140,9 +140,9 @@ def test_kill_minus_one_leaves_the_proxy_bridge_and_the_sandbox_working(calc_tas
 def test_kill_agent_processes_ends_daemons_and_keeps_files(sb: LocalSandbox) -> None:
     sb.exec("setsid sh -c 'while :; do date >> /repo/log; sleep 0.05; done' >/dev/null 2>&1 < /dev/null &")
     sb.exec("(nohup sh -c 'sleep 600' >/dev/null 2>&1 &) ; true")
-    assert len(descendants(sb._ns_pid)) >= 2
+    assert len(descendants(sb._procs.ns_pid)) >= 2
     sb.kill_agent_processes()
-    assert descendants(sb._ns_pid) == []
+    assert descendants(sb._procs.ns_pid) == []
     size = len(sb.read("log"))
     assert size > 0 and len(sb.read("log")) == size  # nobody writes any more; the file is still there
     assert "+" in sb.diff()

@@ -18,10 +18,10 @@ import pytest
 from sbx_fixtures import git_in, make_task
 
 from lego.config import SandboxConfig
-from lego.sandboxes.base import descendants
 from lego.sandboxes.grading import grade
 from lego.sandboxes.guards import guard_flags
 from lego.sandboxes.local import LocalSandbox
+from lego.sandboxes.processes import descendants
 from lego.types import GradeResult, Task
 
 
@@ -188,7 +188,7 @@ def test_forking_past_the_process_limit(calc_task: Task) -> None:
     cfg = SandboxConfig(max_processes=24)
     with LocalSandbox(calc_task, cfg) as box:
         bomb = box.exec("for i in $(seq 100); do sleep 30 >/dev/null 2>&1 & done; echo done", timeout=5)
-        inside = descendants(box._ns_pid)  # host-side count: every process in the sandbox's pid ns
+        inside = descendants(box._procs.ns_pid)  # host-side count: every process in the sandbox's pid ns
         assert bomb.timed_out or "fork" in bomb.stderr, bomb  # bash retries failed forks until killed
         assert "Resource temporarily unavailable" in bomb.stderr or bomb.timed_out
         assert len(inside) <= cfg.max_processes

@@ -1,4 +1,4 @@
-"""Helpers shared by the sandbox backends: pristine repo templates, the history strip, process kills.
+"""What every new sandbox starts from: a fresh id and the pristine, history-stripped repo template.
 
 Every rollout starts from a *pristine template* of the task's repo: the committed tree of
 ``task.repo_path`` re-committed into a brand-new git repository with exactly one commit, no remotes,
@@ -11,16 +11,11 @@ construction: the fix's objects were never copied, so no ``gc`` can miss them.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import selectors
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -29,12 +24,7 @@ from lego.paths import cache_dir
 
 __all__ = [
     "GIT_SAFE_ARGS",
-    "OUTPUT_CAP",
-    "OutputCollector",
-    "copy_pristine",
-    "descendants",
     "git",
-    "kill_tree",
     "pristine_template",
     "sandbox_id",
     "template_info",
@@ -60,6 +50,7 @@ _COMMIT_ENV = {
 
 
 def sandbox_id() -> str:
+    """A fresh sandbox's id: it names the sandbox's directories, cgroup and containers."""
     return uuid.uuid4().hex[:12]
 
 
@@ -153,13 +144,6 @@ def template_info(template: Path) -> tuple[str, bool]:
     return info
 
 
-def copy_pristine(repo_path: str | Path, dest: Path) -> Path:
-    """Copy the pristine template of ``repo_path`` (incl. its one-commit ``.git``) to ``dest``."""
-    template = pristine_template(repo_path)
-    shutil.copytree(template, dest, symlinks=True)
-    return dest
-
-
 def verify_history_strip(repo: str | Path) -> bool:
     """True iff ``repo`` holds exactly one commit, no remotes, no reflog, no other refs, no stash,
     no alternates and no object unreachable from that commit (so nothing of a later fix)."""
@@ -190,90 +174,3 @@ def verify_history_strip(repo: str | Path) -> bool:
     except SandboxError:
         return False
     return total == reachable
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendants of ``pid`` (host pids), found through /proc's children lists."""
-    out: list[int] = []
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                kids = Path(f"/proc/{p}/task/{t}/children").read_text().split()
-            except OSError:
-                continue
-            for k in kids:
-                out.append(int(k))
-                stack.append(int(k))
-    return out
-
-
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL ``proc``'s process group and every descendant (even ones that called setsid)."""
-    victims = descendants(proc.pid)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for pid in victims:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-
-
-OUTPUT_CAP = 16 * 1024 * 1024
-"""Most bytes kept per stream of one command; a command printing more is killed (a policy that runs
-``yes`` must not fill the host's memory before its timeout)."""
-
-
-class OutputCollector:
-    """Reads a command's stdout and stderr pipes (feeding its stdin from a thread) with a deadline
-    and a size cap, so neither a silent hang nor an output flood can block or exhaust the caller.
-    Takes ownership of the descriptors: :meth:`result` closes them."""
-
-    def __init__(
-        self, out_fd: int, err_fd: int, stdin_fd: int | None, stdin: bytes | None, cap: int = OUTPUT_CAP
-    ) -> None:
-        self.cap = cap
-        self.overflow = False
-        self._out, self._err = out_fd, err_fd
-        self.bufs: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
-        self._sel = selectors.DefaultSelector()
-        for fd in self.bufs:
-            self._sel.register(fd, selectors.EVENT_READ)
-        if stdin_fd is not None:
-            threading.Thread(target=self._feed, args=(stdin_fd, stdin or b""), daemon=True).start()
-
-    @staticmethod
-    def _feed(fd: int, data: bytes) -> None:
-        with contextlib.suppress(BrokenPipeError, OSError), os.fdopen(fd, "wb") as pipe:
-            pipe.write(data)
-
-    def run(self, timeout: float) -> bool:
-        """Read until both streams hit EOF (True), the timeout passes or the cap is exceeded (False)."""
-        deadline = time.monotonic() + timeout
-        while self._sel.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0 or self.overflow:
-                return False
-            for key, _ in self._sel.select(min(left, 1.0)):
-                chunk = os.read(key.fd, 1 << 16)
-                if not chunk:
-                    self._sel.unregister(key.fd)
-                    continue
-                buf = self.bufs[key.fd]
-                room = self.cap - len(buf)
-                buf += chunk[: max(room, 0)]
-                self.overflow = self.overflow or len(chunk) > room
-        return True
-
-    def result(self) -> tuple[bytes, bytes]:
-        self._sel.close()
-        for fd in (self._out, self._err):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        return bytes(self.bufs[self._out]), bytes(self.bufs[self._err])
