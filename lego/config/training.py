@@ -1,0 +1,182 @@
+"""How the policy learns and is measured: ``[algorithm]``, ``[training]`` (with its fidelity gate),
+``[eval]`` and ``[sft]``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from lego.config.base import Section
+
+__all__ = ["AlgorithmConfig", "EvalConfig", "FidelityConfig", "SFTConfig", "TrainingConfig"]
+
+
+class AlgorithmConfig(Section):
+    """The policy-gradient objective (GSPO by default; Zheng et al. 2025, arXiv:2507.18071)."""
+
+    ratio_level: Literal["sequence", "token"] = Field(
+        "sequence", description="sequence: GSPO's length-normalised sequence ratio; token: PPO/GRPO per-token ratio."
+    )
+    clip_low: float = Field(3e-4, gt=0, lt=1, description="Ratio clip below 1 (GSPO: 3e-4; token-level PPO: 0.2).")
+    clip_high: float = Field(4e-4, gt=0, description="Ratio clip above 1 (GSPO: 4e-4; token-level PPO: 0.28).")
+    aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"] = Field(
+        "seq-mean-token-mean",
+        description="How per-token losses become one number (verl's loss_agg_mode): seq-mean-token-mean averages "
+        "tokens within an episode, then episodes (GSPO); token-mean averages every token of the batch (DAPO); "
+        "seq-mean-token-sum sums tokens within an episode, then averages episodes (Dr. GRPO).",
+    )
+    group_size: int = Field(4, ge=1, description="G: rollouts per task; advantages are normalised within a group.")
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of rollouts and of the trainer's recompute."
+    )
+    tis_cap: float | None = Field(
+        None, gt=0, description="Truncated importance sampling cap on pi_old/pi_rollout (Yao et al. 2025). None: off."
+    )
+    kl_coef: float = Field(0.0, ge=0, description="k3 reference-KL coefficient (Schulman 2020 estimator). 0: off.")
+    adv_eps: float = Field(
+        1e-6, gt=0, description="ε in A = (r - mean)/(std + ε) over a group: keeps a near-constant group finite."
+    )
+
+
+class FidelityConfig(Section):
+    """The rollout-train fidelity gate."""
+
+    min_pearson: float = Field(0.99, ge=-1, le=1, description="Floor on training/rollout_actor_probs_pearson_corr.")
+    patience: int = Field(2, ge=1, description="Steps in a row under the floor before the run stops.")
+
+
+class TrainingConfig(Section):
+    """The training loop."""
+
+    steps: int = Field(10, ge=1, description="Optimizer updates of the run; each is one step of B x G rollouts.")
+    tasks_per_step: int = Field(2, ge=1, description="B: tasks per step; each gets algorithm.group_size rollouts.")
+    concurrency: int = Field(4, ge=1, description="Rollouts in flight at once.")
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate (peak, after training.warmup_steps).")
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Linear lr warmup over the first N updates (lr·k/N at update k). A fresh AdamW's first "
+        "updates move every weight by ~lr whatever the gradient's noise; warmup keeps them small.",
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay (Loshchilov & Hutter 2019).")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2) moment decay rates.")
+    micro_batch_size: int = Field(
+        4,
+        ge=1,
+        description="Segments per forward/backward pass. A step is ONE optimizer update: the gradients of all "
+        "micro-batches are accumulated first, so this trades memory for speed and never changes the result.",
+    )
+    grad_clip: float | None = Field(
+        1.0, gt=0, description="Clip the global gradient L2 norm to this before each update. None: no clipping."
+    )
+    finetune: Literal["full", "lora"] = Field(
+        "full", description="full: train every weight; lora: train low-rank adapters (Hu et al. 2021), base frozen."
+    )
+    lora_rank: int = Field(16, ge=1, description="LoRA only: rank r of each adapter.")
+    lora_alpha: float = Field(
+        32.0, gt=0, description="LoRA only: scale; the adapter's update is multiplied by alpha/r."
+    )
+    lora_modules_to_save: list[str] = Field(
+        default_factory=list,
+        description="LoRA only: modules trained in full next to the adapter (peft's modules_to_save), matched by "
+        "name suffix: ['norm'] is every RMSNorm gain of a Qwen3/Llama model, ['model.norm'] the final one. RMSNorm "
+        "is scale-invariant, so an adapter on the linear layers cannot change the logit scale (how sharply the "
+        "policy samples); the final norm's gain sets it directly, q_norm/k_norm the attention's.",
+    )
+    lora_modules_to_save_lr: float | None = Field(
+        None,
+        gt=0,
+        description="LoRA only: lr of lora_modules_to_save (None: training.lr). AdamW moves a weight by about lr per update "
+        "whatever its size: a norm gain near 1 needs a larger lr than an adapter that starts at 0 to move as far.",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Trainer weights and optimizer precision; the recompute of old logprobs uses it too."
+    )
+    seed: int = Field(0, description="Seeds task order, rollout seeds and the trainer.")
+    out_dir: str = Field(
+        "runs/default", description="Run directory: config.toml, metrics.jsonl, trajectories/, checkpoints/."
+    )
+    checkpoint_every: int = Field(1, ge=1, description="Write a checkpoint (a loadable model dir) every N steps.")
+    eval_every: int = Field(
+        0, ge=0, description="Validate every N steps on tasks.eval_split with eval.harness (0: off)."
+    )
+    fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
+    retry_infra: int = Field(1, ge=0, description="Retries for a rollout that ended in an infrastructure failure.")
+    train_side_threads: bool = Field(
+        False,
+        description="Also train on a trajectory's side threads (subagents, title calls, quota probes the harness "
+        "sent to its session), with the trajectory's advantage. Off: only the agent's own conversation is trained on.",
+    )
+    rollout_backend: Literal["threads", "ray"] = Field(
+        "threads",
+        description="Where rollouts run: 'threads' in this process; 'ray' as Ray tasks (the 'ray' extra), each "
+        "driving its harness and grading on a worker node while the proxy stays here, reached over TCP at "
+        "proxy.host (set it to a routable address, and proxy.api_key, for a multi-node cluster).",
+    )
+    ray_address: str | None = Field(
+        None, description="ray.init address for rollout_backend='ray' ('auto', 'ray://host:10001'); None: a local Ray."
+    )
+    sampling_override: bool = Field(
+        True,
+        description="The proxy samples at algorithm.temperature with no top-p/top-k truncation, whatever the harness "
+        "asks (truncation biases the importance ratio). False lets the harness choose: off-policy unless it asks "
+        "for exactly that; the fidelity gate reports the mismatch.",
+    )
+
+
+class EvalConfig(Section):
+    """Cross-harness evaluation."""
+
+    harnesses: list[str] = Field(
+        default_factory=lambda: ["lego-agent"], description="Harnesses to evaluate in (`lego eval --harness`)."
+    )
+    samples: int = Field(2, ge=1, description="N samples per task and cell.")
+    limit: int | None = Field(None, ge=1, description="Use the first N tasks (`lego eval --limit`). None: all.")
+    concurrency: int = Field(4, ge=1, description="Samples in flight at once (`lego eval --concurrency`).")
+    temperature: float = Field(
+        1.0, ge=0, description="Sampling temperature of every eval sample, whatever the harness asks."
+    )
+    bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples for confidence intervals.")
+    seed: int = Field(0, description="Base seed of an eval; every sample's seed derives from it.")
+    tasks: str | None = Field(
+        None,
+        description="Task source of `lego eval` as SOURCE[:split] (e.g. builtin:heldout). None: tasks.source at "
+        "tasks.eval_split.",
+    )
+    out_dir: str = Field("runs/eval", description="Eval directory: spec, per-sample JSON, trajectories, report.")
+    infra_retries: int = Field(1, ge=0, description="Retries of a sample that ended in an infrastructure failure.")
+
+
+class SFTConfig(Section):
+    """`lego sft`: supervised warm start on lego-agent conversations (stored in the output as ``lego_sft.json``)."""
+
+    base: str = Field("tiny", description="'tiny' (build_tiny with `seed`) or an HF model directory.")
+    seed: int = Field(0, description="Seeds the base weights (tiny), the generated data and the example order.")
+    source: str = Field(
+        "starter",
+        description="Task source to learn from (see `lego tasks list`): a shipped suite, or a JSONL file whose "
+        "tasks have local repos (conversations are planned from each gold patch and run on a copy of the repo).",
+    )
+    split: str = Field("train", description="Split of that source to learn from.")
+    variants: int = Field(2, ge=1, description="Conversations per task (different exploration/recovery).")
+    limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the split.")
+    steps: int = Field(300, ge=1, description="Optimizer steps.")
+    batch: int = Field(8, ge=1, description="Examples per optimizer step (gradient accumulation).")
+    lr: float = Field(2e-3, gt=0, description="Peak AdamW learning rate (linear warmup, then cosine to 10%).")
+    warmup: int = Field(5, ge=0, description="Linear warmup steps before the peak learning rate.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
+    max_len: int = Field(2048, ge=16, description="Tokens; longer conversations are cut (their tail is dropped).")
+    window: int = Field(
+        0,
+        ge=0,
+        description="0: one example per conversation. N > 0: one example per assistant turn, the N tokens "
+        "ending with that turn (loss on the assistant tokens inside). Several times cheaper per "
+        "assistant token on a CPU; the protocol and the local edits are learnt from nearby context.",
+    )
+    threads: int = Field(
+        2,
+        ge=0,
+        description="torch CPU threads (0: torch's default). The result is bit-identical only for the same count; "
+        "fewer threads than cores is faster on a busy machine (timings: docs/ARCHITECTURE.md).",
+    )
