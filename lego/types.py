@@ -324,7 +324,7 @@ class RequestContext(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     session_id: str = "default"
-    api: Literal["chat", "messages", "responses", "internal"] = "internal"
+    api: Literal["chat", "messages", "responses", "gemini", "internal"] = "internal"
     messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
     session_metadata: dict[str, Any] = Field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""The recording proxy: OpenAI chat, Anthropic messages and OpenAI responses in front of a policy,
+"""The recording proxy: OpenAI chat, Anthropic messages, OpenAI responses and Gemini in front of a policy,
 recording token-exact trajectory segments (DESIGN.md, "Faithful rollouts").
 
 Two faces (see app.py): the *model face* is all a sandbox reaches -- model routes only, for the one
@@ -12,8 +12,9 @@ Modules, from the outside in:
     cli.py                  `lego proxy`: the same, standalone
     app.py                  the starlette apps (both faces): routes, auth, body limits, error shapes, streaming
     openai_chat.py          \\
-    anthropic_messages.py    > each API's request schema, conversion to canonical messages, SSE
-    openai_responses.py     /
+    anthropic_messages.py    \\ each API's request schema, conversion to canonical messages, SSE
+    openai_responses.py      /
+    gemini.py               /
     service.py              ProxyService: sessions and the generation flow shared by all APIs
     recorder.py             SessionRecorder: the pure segment recorder (no I/O)
     errors.py, wire.py      error shapes; SSE framing and content-part helpers

@@ -2,7 +2,8 @@
 
 A handler raises :class:`ApiError` (status + message + a kind); the app renders it as the calling
 API expects -- OpenAI chat/responses: ``{"error": {"message", "type", "param", "code"}}``;
-Anthropic: ``{"type": "error", "error": {"type", "message"}}`` -- so SDKs raise their own typed
+Anthropic: ``{"type": "error", "error": {"type", "message"}}``; Gemini:
+``{"error": {"code", "message", "status"}}`` -- so SDKs raise their own typed
 exceptions (``BadRequestError``, ``APIStatusError`` ...) and retry exactly the retryable ones.
 """
 
@@ -12,18 +13,18 @@ from typing import Any, Literal
 
 __all__ = ["Api", "ApiError", "error_body"]
 
-Api = Literal["chat", "messages", "responses", "internal"]
+Api = Literal["chat", "messages", "responses", "gemini", "internal"]
 
-# kind -> (OpenAI "type", Anthropic "type")
-_KINDS: dict[str, tuple[str, str]] = {
-    "invalid_request": ("invalid_request_error", "invalid_request_error"),
-    "authentication": ("authentication_error", "authentication_error"),
-    "not_found": ("not_found_error", "not_found_error"),
-    "too_large": ("invalid_request_error", "request_too_large"),
-    "context_length": ("invalid_request_error", "invalid_request_error"),
-    "engine": ("server_error", "api_error"),
-    "unavailable": ("server_error", "overloaded_error"),
-    "internal": ("server_error", "api_error"),
+# kind -> (OpenAI "type", Anthropic "type", Google "status")
+_KINDS: dict[str, tuple[str, str, str]] = {
+    "invalid_request": ("invalid_request_error", "invalid_request_error", "INVALID_ARGUMENT"),
+    "authentication": ("authentication_error", "authentication_error", "UNAUTHENTICATED"),
+    "not_found": ("not_found_error", "not_found_error", "NOT_FOUND"),
+    "too_large": ("invalid_request_error", "request_too_large", "INVALID_ARGUMENT"),
+    "context_length": ("invalid_request_error", "invalid_request_error", "INVALID_ARGUMENT"),
+    "engine": ("server_error", "api_error", "INTERNAL"),
+    "unavailable": ("server_error", "overloaded_error", "UNAVAILABLE"),
+    "internal": ("server_error", "api_error", "INTERNAL"),
 }
 
 
@@ -57,7 +58,9 @@ class ApiError(Exception):
 
 def error_body(api: Api, err: ApiError) -> dict[str, Any]:
     """The JSON body of ``err`` in the shape ``api`` clients parse."""
-    openai_type, anthropic_type = _KINDS[err.kind]
+    openai_type, anthropic_type, google_status = _KINDS[err.kind]
+    if api == "gemini":
+        return {"error": {"code": err.status, "message": err.message, "status": google_status}}
     if api == "messages":
         return {"type": "error", "error": {"type": anthropic_type, "message": err.message}}
     return {"error": {"message": err.message, "type": openai_type, "param": err.param, "code": err.code}}

@@ -1,0 +1,337 @@
+"""The Gemini API (``models/{model}:generateContent``): request schema, conversion to canonical
+messages, responses and SSE.
+
+Conversion: ``systemInstruction`` becomes a system message; a ``user`` turn's ``functionResponse``
+parts become tool messages (in order, before the turn's text); a ``model`` turn's ``thought`` text
+becomes ``reasoning_content`` and its ``functionCall`` parts become tool calls (``args``
+JSON-encoded). Calls keep the ids the proxy returned, so the recorder splices the sampled tokens; a
+``functionResponse`` without an ``id`` answers the previous model turn's first unanswered call of
+its name. ``toolConfig.functionCallingConfig`` maps onto the canonical ``tool_choice`` (``AUTO``:
+auto, ``NONE``: none, ``ANY``: required, or the one function ``allowedFunctionNames`` names);
+``generationConfig.thinkingConfig`` onto the template's ``enable_thinking``. Every field is
+honoured or refused with a 400 that names it.
+
+Streaming (``:streamGenerateContent?alt=sse``): ``data:`` chunks of the response's own shape, text
+and thought parts as the policy samples them, the last chunk with the function calls, the
+``finishReason`` and ``usageMetadata``. Google's clients read every non-``data:`` line as JSON, so
+an idle stream gets no keep-alive comment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lego.proxies.errors import ApiError, error_body
+from lego.proxies.service import ChatRequest, ChatResult
+from lego.proxies.streaming import LiveReply
+from lego.proxies.wire import chunks, effort_thinking, new_id, refuse, refuse_unknown, sse
+
+__all__ = ["GenerateContentRequest", "generate_response", "generate_stream", "to_chat_request"]
+
+# Fields that change nothing the policy samples: accepted as is.
+ADVISORY_FIELDS = frozenset({"safetySettings", "labels"})
+_PART_FIELDS = frozenset({"text", "thought", "thoughtSignature", "functionCall", "functionResponse"})
+_GENERATION_FIELDS = frozenset(
+    {
+        "temperature",
+        "topP",
+        "topK",
+        "maxOutputTokens",
+        "stopSequences",
+        "candidateCount",
+        "responseMimeType",
+        "thinkingConfig",
+        "seed",
+    }
+)
+
+
+class Content(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str | None = None
+    parts: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class GenerateContentRequest(BaseModel):
+    """The body of ``generateContent`` / ``streamGenerateContent`` (the model is in the path)."""
+
+    model_config = ConfigDict(extra="allow")
+    contents: list[Content] = Field(min_length=1)
+    systemInstruction: Content | None = None  # the wire's own (camelCase) names
+    tools: list[dict[str, Any]] | None = None
+    toolConfig: dict[str, Any] | None = None
+    generationConfig: dict[str, Any] | None = None
+
+
+def _where_fields(obj: dict[str, Any], where: str, known: frozenset[str]) -> None:
+    refuse_unknown({f"{where}.{k}": v for k, v in obj.items() if k not in known}, frozenset())
+
+
+def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    out = []
+    for i, tool in enumerate(tools or []):
+        for key in tool:
+            if key != "functionDeclarations":
+                raise refuse(f"tools[{i}].{key}", "built-in Google tools cannot run here; declare functions only")
+        for j, decl in enumerate(tool.get("functionDeclarations") or []):
+            where = f"tools[{i}].functionDeclarations[{j}]"
+            _where_fields(decl, where, frozenset({"name", "description", "parameters", "parametersJsonSchema"}))
+            if not isinstance(decl.get("name"), str):
+                raise ApiError(400, f"{where}: a function declaration needs a string 'name'", param=where)
+            if "parameters" in decl and "parametersJsonSchema" in decl:
+                raise refuse(f"{where}.parametersJsonSchema", "give either parameters or parametersJsonSchema")
+            fn: dict[str, Any] = {"name": decl["name"]}
+            if decl.get("description") is not None:
+                fn["description"] = decl["description"]
+            fn["parameters"] = _json_schema(
+                decl.get("parametersJsonSchema") or decl.get("parameters") or {"type": "object", "properties": {}}
+            )
+            out.append({"type": "function", "function": fn})
+    return out
+
+
+def _json_schema(schema: Any) -> Any:
+    """Gemini's OpenAPI-style schema (upper-case ``type`` names) as the JSON Schema templates render."""
+    if isinstance(schema, list):
+        return [_json_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _json_schema(v) for k, v in schema.items()}
+    if isinstance(out.get("type"), str):
+        out["type"] = out["type"].lower()
+    return out
+
+
+def _tool_choice(config: dict[str, Any] | None, tools: list[dict[str, Any]]) -> Any:
+    if not config:
+        return None
+    _where_fields(config, "toolConfig", frozenset({"functionCallingConfig"}))
+    fcc = config.get("functionCallingConfig") or {}
+    where = "toolConfig.functionCallingConfig"
+    _where_fields(fcc, where, frozenset({"mode", "allowedFunctionNames"}))
+    mode = str(fcc.get("mode") or "AUTO").upper()
+    allowed = fcc.get("allowedFunctionNames")
+    if allowed is not None and mode != "ANY":
+        raise refuse(f"{where}.allowedFunctionNames", "allowed function names go with mode ANY only")
+    if mode == "AUTO":
+        return "auto"
+    if mode == "NONE":
+        return "none"
+    if mode != "ANY":
+        raise refuse(f"{where}.mode", f"unsupported mode {mode!r}; use AUTO, ANY or NONE")
+    if not allowed:
+        return "required"
+    names = {t["function"]["name"] for t in tools}
+    if len(allowed) == 1:
+        return {"type": "function", "function": {"name": allowed[0]}}
+    if set(allowed) == names:
+        return "required"
+    raise refuse(
+        f"{where}.allowedFunctionNames",
+        "a subset of several declared functions cannot be enforced; name one function or all of them",
+    )
+
+
+def _generation(config: dict[str, Any] | None) -> dict[str, Any]:
+    """ChatRequest keyword arguments from ``generationConfig``."""
+    g = dict(config or {})
+    _where_fields(g, "generationConfig", _GENERATION_FIELDS)
+    if g.get("candidateCount") not in (None, 1):
+        raise refuse("generationConfig.candidateCount", "only one candidate is sampled per call")
+    if g.get("responseMimeType") not in (None, "text/plain"):
+        raise refuse("generationConfig.responseMimeType", "structured output is not enforced by this proxy")
+    out: dict[str, Any] = {
+        "temperature": g.get("temperature"),
+        "top_p": g.get("topP"),
+        "top_k": g.get("topK"),
+        "max_tokens": g.get("maxOutputTokens"),
+        "stop": list(g.get("stopSequences") or []),
+        "seed": g.get("seed"),
+        "chat_template_kwargs": {},
+    }
+    thinking = g.get("thinkingConfig")
+    if thinking is not None:
+        where = "generationConfig.thinkingConfig"
+        _where_fields(thinking, where, frozenset({"thinkingBudget", "includeThoughts", "thinkingLevel"}))
+        budget, level = thinking.get("thinkingBudget"), thinking.get("thinkingLevel")
+        if level is not None:
+            out["chat_template_kwargs"] = effort_thinking(str(level).lower(), f"{where}.thinkingLevel")
+        elif budget is not None:
+            # 0 turns thinking off, -1 (dynamic) or a positive budget on; how long stays the model's choice.
+            out["chat_template_kwargs"] = {"enable_thinking": budget != 0}
+    return out
+
+
+def include_thoughts(req: GenerateContentRequest) -> bool:
+    """Whether the reply carries the policy's reasoning as ``thought`` parts (unless turned off)."""
+    thinking = (req.generationConfig or {}).get("thinkingConfig") or {}
+    return thinking.get("includeThoughts") is not False
+
+
+def _text(content: Content, where: str) -> str:
+    texts = []
+    for j, part in enumerate(content.parts):
+        _where_fields(part, f"{where}.parts[{j}]", frozenset({"text"}))
+        texts.append(str(part.get("text", "")))
+    return "\n".join(texts)
+
+
+def _model_turn(content: Content, where: str, turn: int) -> dict[str, Any]:
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, part in enumerate(content.parts):
+        at = f"{where}.parts[{j}]"
+        _where_fields(part, at, _PART_FIELDS - {"functionResponse"})
+        if "functionCall" in part:
+            call = part["functionCall"]
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                raise ApiError(400, f"{at}.functionCall needs a string 'name'", param=f"{at}.functionCall")
+            args = json.dumps(call.get("args") or {}, ensure_ascii=False)
+            call_id = str(call.get("id") or f"call_{turn}_{len(calls)}")
+            calls.append({"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": args}})
+        elif part.get("thought"):
+            thoughts.append(str(part.get("text", "")))
+        else:
+            texts.append(str(part.get("text", "")))
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if thoughts:
+        out["reasoning_content"] = "".join(thoughts)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _user_turn(content: Content, where: str, open_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    texts = []
+    for j, part in enumerate(content.parts):
+        at = f"{where}.parts[{j}]"
+        _where_fields(part, at, frozenset({"text", "functionResponse"}))
+        if "functionResponse" in part:
+            fr = part["functionResponse"]
+            if not isinstance(fr, dict) or not isinstance(fr.get("name"), str):
+                raise ApiError(400, f"{at}.functionResponse needs a string 'name'", param=f"{at}.functionResponse")
+            _where_fields(fr, f"{at}.functionResponse", frozenset({"id", "name", "response"}))
+            call_id = fr.get("id")
+            if call_id is None:  # answers the first unanswered call of that name
+                match = next((c for c in open_calls if c["function"]["name"] == fr["name"]), None)
+                if match is None:
+                    raise ApiError(400, f"{at}.functionResponse: no call of {fr['name']!r} to answer")
+                call_id = match["id"]
+            open_calls[:] = [c for c in open_calls if c["id"] != call_id]
+            response = fr.get("response")
+            body = response if isinstance(response, str) else json.dumps(response or {}, ensure_ascii=False)
+            out.append({"role": "tool", "tool_call_id": str(call_id), "content": body})
+        else:
+            texts.append(str(part.get("text", "")))
+    if texts:
+        out.append({"role": "user", "content": "\n".join(texts)})
+    return out
+
+
+def to_chat_request(req: GenerateContentRequest, model: str, stream: bool) -> ChatRequest:
+    refuse_unknown(req.model_extra, ADVISORY_FIELDS)
+    messages: list[dict[str, Any]] = []
+    if req.systemInstruction is not None:
+        messages.append({"role": "system", "content": _text(req.systemInstruction, "systemInstruction")})
+    open_calls: list[dict[str, Any]] = []
+    for i, content in enumerate(req.contents):
+        where = f"contents[{i}]"
+        _where_fields(content.model_extra or {}, where, frozenset())
+        if content.role == "model":
+            turn = _model_turn(content, where, i)
+            open_calls = list(turn.get("tool_calls") or [])
+            messages.append(turn)
+        elif content.role in (None, "user", "function"):
+            messages.extend(_user_turn(content, where, open_calls))
+        else:
+            raise ApiError(400, f"{where}: unknown role {content.role!r}; use user or model", param=f"{where}.role")
+    tools = _tools(req.tools)
+    return ChatRequest(
+        messages=messages,
+        tools=tools,
+        tool_choice=_tool_choice(req.toolConfig, tools),
+        stream=stream,
+        model=model,
+        **_generation(req.generationConfig),
+    )
+
+
+def _args_of(arguments: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _call_parts(res: ChatResult) -> list[dict[str, Any]]:
+    return [
+        {"functionCall": {"id": c["id"], "name": c["function"]["name"], "args": _args_of(c["function"]["arguments"])}}
+        for c in res.message.get("tool_calls") or []
+    ]
+
+
+def _finish(res: ChatResult) -> str:
+    return "MAX_TOKENS" if res.finish_reason == "length" else "STOP"
+
+
+def _usage(res: ChatResult) -> dict[str, int]:
+    return {
+        "promptTokenCount": res.prompt_tokens,
+        "candidatesTokenCount": res.completion_tokens,
+        "totalTokenCount": res.prompt_tokens + res.completion_tokens,
+    }
+
+
+def _chunk(parts: list[dict[str, Any]], model: str, response_id: str, **candidate: Any) -> dict[str, Any]:
+    return {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "index": 0, **candidate}],
+        "modelVersion": model,
+        "responseId": response_id,
+    }
+
+
+def generate_response(res: ChatResult, model: str, thoughts: bool) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if res.reasoning and thoughts:
+        parts.append({"text": res.reasoning, "thought": True})
+    if res.reply_content():
+        parts.append({"text": res.reply_content()})
+    parts += _call_parts(res)
+    body = _chunk(parts, model, res.id, finishReason=_finish(res))
+    body["usageMetadata"] = _usage(res)
+    return body
+
+
+async def generate_stream(live: LiveReply, model: str, thoughts: bool) -> AsyncIterator[bytes]:
+    """Response chunks as tokens arrive; the last holds the function calls, finish reason and usage;
+    an ``{"error": ...}`` chunk if the generation fails after the stream began."""
+    response_id = new_id("")
+
+    def part(kind: str, piece: str) -> list[dict[str, Any]]:
+        if kind == "reasoning":
+            return [{"text": piece, "thought": True}] if thoughts else []
+        return [{"text": piece}]
+
+    async for kind, piece in live.deltas():
+        if kind != "ping" and (parts := part(kind, piece)):
+            yield sse(_chunk(parts, model, response_id))
+    try:
+        res: ChatResult = await live.result()
+    except ApiError as err:
+        yield sse(error_body("gemini", err))
+        return
+    reasoning, content = live.rest(res.reasoning, res.reply_content())
+    for kind, rest in (("reasoning", reasoning), ("content", content)):
+        for piece in chunks(rest):
+            if parts := part(kind, piece):
+                yield sse(_chunk(parts, model, response_id))
+    last = _chunk(_call_parts(res), model, response_id, finishReason=_finish(res))
+    last["usageMetadata"] = _usage(res)
+    yield sse(last)
