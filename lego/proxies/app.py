@@ -4,8 +4,10 @@ The proxy has two faces, two apps over one :class:`~lego.proxies.service.ProxySe
 
 * The **model face** (``build_app(service, face="model")``) is all a sandbox can reach. It has the
   model routes only -- ``POST /v1/chat/completions``, ``POST /v1/messages``,
-  ``POST /v1/messages/count_tokens``, ``POST /v1/responses``, ``GET /v1/models[/{id}]`` -- and the
-  request's API key (``Authorization: Bearer KEY`` or ``x-api-key: KEY``) *is* the session: the
+  ``POST /v1/messages/count_tokens``, ``POST /v1/responses``, ``GET /v1/models[/{id}]``, and
+  Gemini's ``POST /{v1,v1beta}/models/{model}:{generateContent,streamGenerateContent,countTokens}``
+  -- and the request's API key (``Authorization: Bearer KEY``, ``x-api-key: KEY``, Gemini's
+  ``x-goog-api-key: KEY`` or ``?key=KEY``) *is* the session: the
   per-session token :meth:`ProxyService.open_session` minted. An unknown, sealed or closed token is
   a 401 in the calling API's own error shape. The routes also exist under ``/s/{session}`` so
   harness URLs keep their usual form, but the prefix must name the token's own session (any other
@@ -32,37 +34,22 @@ nothing is recorded.
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-import logging
-import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Any
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from lego.proxies import anthropic_messages, openai_chat, openai_responses
+from lego.proxies import anthropic_messages, gemini, openai_chat, openai_responses
 from lego.proxies.errors import Api, ApiError, error_body
-from lego.proxies.service import ChatRequest, ChatResult, ProxyService, Session
-from lego.proxies.streaming import LiveReply
+from lego.proxies.response_store import ResponseStore
+from lego.proxies.routing import Face, FaceRouting, error_response
+from lego.proxies.service import ChatResult, ProxyService
 
 __all__ = ["Face", "build_app"]
-
-Face = Literal["model", "control"]
-
-log = logging.getLogger("lego.proxy")
-T = TypeVar("T")
-M = TypeVar("M", bound=BaseModel)
-Handler = Callable[[Request], Awaitable[Response]]
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-_MAX_STORED_RESPONSES = 256
 
 
 class OpenSessionRequest(BaseModel):
@@ -78,169 +65,23 @@ class OpenSessionRequest(BaseModel):
     max_generations: int | None = Field(None, ge=1)
 
 
-class _ClientGone(Exception):
-    """The client closed the connection while its generation ran."""
-
-
-def _error_response(api: Api, err: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(api, err), status_code=err.status, headers=err.headers())
-
-
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for e in exc.errors()[:5]:
-        loc = ".".join(str(x) for x in e["loc"]) or "body"
-        parts.append(f"{loc}: {e['msg']}")
-    return "invalid request: " + "; ".join(parts)
-
-
-def _given_key(request: Request) -> str:
-    auth = request.headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-
-
 def build_app(service: ProxyService, face: Face = "control") -> Starlette:
     """The ASGI app serving ``service``'s ``face`` (see the module docstring)."""
     cfg = service.config
-    limit = int(cfg.max_body_mb * 1024 * 1024)
-    # (session id, response id) -> conversation (Responses API): a response id from one session
-    # means nothing in another, so no session can continue (or read) another's conversation.
-    stored: OrderedDict[tuple[str, str], list[dict[str, Any]]] = OrderedDict()
-
-    def check_auth(request: Request) -> None:
-        if face == "model":
-            # The key is the session; resolving it is the authentication (see session_of).
-            return
-        if not cfg.api_key:
-            return
-        if not hmac.compare_digest(_given_key(request).encode(), cfg.api_key.encode()):
-            raise ApiError(
-                401,
-                "invalid or missing API key; send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
-                "authentication",
-            )
-
-    async def read_json(request: Request) -> dict[str, Any]:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise ApiError(413, f"request body of {int(declared)} bytes exceeds the {limit}-byte limit", "too_large")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise ApiError(413, f"request body exceeds the {limit}-byte limit", "too_large")
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}")
-        return data
-
-    def parse(model: type[M], data: dict[str, Any]) -> M:
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            raise ApiError(400, _validation_message(exc)) from exc
-
-    async def guarded(request: Request, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro``, cancelling it if the client disconnects meanwhile."""
-        task = asyncio.ensure_future(coro)
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=0.5)
-                if done:
-                    return task.result()
-                if await request.is_disconnected():
-                    task.cancel()
-                    raise _ClientGone()
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-
-    def endpoint(api: Api, fn: Callable[[Request], Awaitable[Response]]) -> Handler:
-        async def handler(request: Request) -> Response:
-            cpu0 = time.process_time()
-            try:
-                check_auth(request)
-                response = await fn(request)
-                # CPU the proxy process spent while handling this request (concurrent requests
-                # included): a cost figure that a busy machine's preemption does not inflate.
-                response.headers["x-lego-cpu-ms"] = f"{(time.process_time() - cpu0) * 1000:.3f}"
-                return response
-            except ApiError as err:
-                return _error_response(api, err)
-            except _ClientGone:
-                log.info("client disconnected from %s; generation cancelled", request.url.path)
-                return Response(status_code=499)
-            except Exception as exc:
-                log.exception("internal error on %s", request.url.path)
-                return _error_response(
-                    api, ApiError(500, f"internal proxy error: {type(exc).__name__}: {exc}", "internal")
-                )
-
-        return handler
-
-    def session_of(request: Request) -> Session:
-        """The session a model call records into.
-
-        Model face: the session whose token the request carries; a ``/s/{session}`` prefix must
-        name that same session. Control face: the session the prefix names (``default`` without
-        one), created on first use unless strict."""
-        named = request.path_params.get("session")
-        if face == "control":
-            return service.session(str(named or "default"))
-        s = service.session_for_token(_given_key(request))
-        if s is None:
-            raise ApiError(
-                401,
-                "invalid, missing or revoked session key; send the key of an open session as "
-                "'Authorization: Bearer KEY' or 'x-api-key: KEY'",
-                "authentication",
-            )
-        if named is not None and named != s.id:
-            raise ApiError(404, f"unknown session {named!r} for this key", "not_found")
-        return s
+    routing = FaceRouting(service, face)
+    # The Responses API's previous_response_id conversations: one store per app (per face).
+    stored = ResponseStore()
+    # The shared plumbing (lego.proxies.routing), bound under the names the routes below use.
+    read_json, parse, guarded, endpoint = routing.read_json, routing.parse, routing.guarded, routing.endpoint
+    session_of, model_name, respond, streamed = (
+        routing.session_of,
+        routing.model_name,
+        routing.respond,
+        routing.streamed,
+    )
 
     def named_session(request: Request) -> str:
         return str(request.path_params["session"])
-
-    def model_name(requested: str) -> str:
-        return requested or cfg.served_model_name
-
-    def respond(res: ChatResult, body: Any) -> Response:
-        return JSONResponse(body, headers=res.headers)
-
-    async def streamed(
-        request: Request,
-        session: Session,
-        creq: ChatRequest,
-        api: Api,
-        events: Callable[[LiveReply], AsyncIterator[bytes]],
-    ) -> Response:
-        """Start the generation; answer once its first delta arrives (or it ends: a failure then is
-        an ordinary error response with its status); then stream ``events(live)``."""
-        live = LiveReply(lambda sink: service.complete(session, creq, api, on_delta=sink), service.ping_interval_s)
-        try:
-            if not await live.first(0.5, request.is_disconnected):
-                raise _ClientGone()
-            headers = dict(_SSE_HEADERS)
-            if live.task.done():
-                headers.update(live.task.result().headers)
-        except BaseException:
-            live.cancel()
-            raise
-
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in events(live):
-                    yield chunk
-            finally:  # the client went away mid-stream (or the stream ended): stop the generation
-                if not live.task.done():
-                    log.info("client disconnected from a stream on %s; generation cancelled", request.url.path)
-                live.cancel()
-
-        return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
 
     async def chat(request: Request) -> Response:
         req = parse(openai_chat.ChatCompletionRequest, await read_json(request))
@@ -282,7 +123,7 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
         session = session_of(request)
         history = None
         if req.previous_response_id is not None:
-            history = stored.get((session.id, req.previous_response_id))
+            history = stored.get(session.id, req.previous_response_id)
             if history is None:
                 raise ApiError(
                     400,
@@ -294,9 +135,7 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
 
         def finished(res: ChatResult, response_id: str | None = None) -> dict[str, Any]:
             body = openai_responses.responses_response(res, req, name, response_id)
-            stored[(session.id, body["id"])] = [m for m in creq.messages if m["role"] != "system"] + [res.message]
-            while len(stored) > _MAX_STORED_RESPONSES:
-                stored.popitem(last=False)
+            stored.put(session.id, body["id"], [m for m in creq.messages if m["role"] != "system"] + [res.message])
             return body
 
         if creq.stream:
@@ -310,6 +149,31 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
             )
         res = await guarded(request, service.complete(session, creq, "responses"))
         return respond(res, finished(res))
+
+    async def generate(request: Request) -> Response:
+        """``POST /{v1,v1beta}/models/{model}:{generateContent,streamGenerateContent,countTokens}``."""
+        name, _, method = str(request.path_params["target"]).rpartition(":")
+        if method not in ("generateContent", "streamGenerateContent", "countTokens") or not name:
+            raise ApiError(
+                404,
+                f"no Gemini method {request.url.path!r}; use generateContent, streamGenerateContent or countTokens",
+                "not_found",
+            )
+        req = parse(gemini.GenerateContentRequest, await read_json(request))
+        stream = method == "streamGenerateContent"
+        if stream and request.query_params.get("alt") != "sse":
+            raise ApiError(400, "streamGenerateContent is served as server-sent events only; add ?alt=sse", param="alt")
+        creq = gemini.to_chat_request(req, name, stream)
+        session = session_of(request)
+        if method == "countTokens":
+            return JSONResponse({"totalTokens": service.count_tokens(creq)})
+        thoughts = gemini.include_thoughts(req)
+        if stream:
+            return await streamed(
+                request, session, creq, "gemini", lambda live: gemini.generate_stream(live, name, thoughts)
+            )
+        res = await guarded(request, service.complete(session, creq, "gemini"))
+        return respond(res, gemini.generate_response(res, name, thoughts))
 
     async def models(request: Request) -> Response:
         if face == "model":
@@ -375,6 +239,11 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
             Route(f"{prefix}/v1/models", endpoint("chat", models), methods=["GET"]),
             Route(f"{prefix}/v1/models/{{model_id:path}}", endpoint("chat", model_card), methods=["GET"]),
         ]
+        # Gemini: POST on the model's path (the GET above stays the model card); both API versions.
+        routes += [
+            Route(f"{prefix}/{version}/models/{{target:path}}", endpoint("gemini", generate), methods=["POST"])
+            for version in ("v1", "v1beta")
+        ]
     if face == "control":
         routes += [
             Route("/s/{session}/trajectory", endpoint("chat", trajectory), methods=["GET"]),
@@ -385,12 +254,13 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
     async def http_error(request: Request, exc: Exception) -> Response:
         """Unknown routes (404) and wrong methods (405) in the calling API's error shape, never text."""
         assert isinstance(exc, HTTPException)
-        api: Api = "messages" if "/v1/messages" in request.url.path else "chat"
+        path = request.url.path
+        api: Api = "messages" if "/v1/messages" in path else "gemini" if "/v1beta/" in path or ":" in path else "chat"
         if exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
             err = ApiError(405, f"method {request.method} is not allowed on {request.url.path}; use {allowed}")
             return JSONResponse(error_body(api, err), status_code=405, headers={**err.headers(), "allow": allowed})
         err = ApiError(exc.status_code, f"no route {request.method} {request.url.path} on the {face} face", "not_found")
-        return _error_response(api, err)
+        return error_response(api, err)
 
     return Starlette(routes=routes, exception_handlers={404: http_error, 405: http_error})
