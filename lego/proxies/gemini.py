@@ -9,7 +9,9 @@ JSON-encoded). Calls keep the ids the proxy returned, so the recorder splices th
 its name. ``toolConfig.functionCallingConfig`` maps onto the canonical ``tool_choice`` (``AUTO``:
 auto, ``NONE``: none, ``ANY``: required, or the one function ``allowedFunctionNames`` names);
 ``generationConfig.thinkingConfig`` onto the template's ``enable_thinking``. Every field is
-honoured or refused with a 400 that names it.
+honoured or refused with a 400 that names it. Field names are read in either spelling protobuf's
+JSON mapping accepts (``maxOutputTokens`` or ``max_output_tokens``: Google's Python client sends
+``thinkingConfig``'s fields in snake case).
 
 Streaming (``:streamGenerateContent?alt=sse``): ``data:`` chunks of the response's own shape, text
 and thought parts as the policy samples them, the last chunk with the function calls, the
@@ -23,7 +25,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lego.proxies.errors import ApiError, error_body
 from lego.proxies.service import ChatRequest, ChatResult
@@ -50,10 +52,28 @@ _GENERATION_FIELDS = frozenset(
 )
 
 
+def _camel(obj: Any) -> Any:
+    """A message's field names in protobuf JSON's lowerCamelCase (the wire accepts snake_case too)."""
+    if not isinstance(obj, dict):
+        return obj
+    out = {}
+    for key, value in obj.items():
+        head, *rest = str(key).split("_")
+        out[head + "".join(w[:1].upper() + w[1:] for w in rest)] = value
+    return out
+
+
 class Content(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: str | None = None
     parts: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("parts"), list):
+            data = {**data, "parts": [_camel(p) for p in data["parts"]]}
+        return data
 
 
 class GenerateContentRequest(BaseModel):
@@ -66,6 +86,11 @@ class GenerateContentRequest(BaseModel):
     toolConfig: dict[str, Any] | None = None
     generationConfig: dict[str, Any] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _names(cls, data: Any) -> Any:
+        return _camel(data)
+
 
 def _where_fields(obj: dict[str, Any], where: str, known: frozenset[str]) -> None:
     refuse_unknown({f"{where}.{k}": v for k, v in obj.items() if k not in known}, frozenset())
@@ -74,11 +99,13 @@ def _where_fields(obj: dict[str, Any], where: str, known: frozenset[str]) -> Non
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(tools or []):
+        tool = _camel(tool)
         for key in tool:
             if key != "functionDeclarations":
                 raise refuse(f"tools[{i}].{key}", "built-in Google tools cannot run here; declare functions only")
         for j, decl in enumerate(tool.get("functionDeclarations") or []):
             where = f"tools[{i}].functionDeclarations[{j}]"
+            decl = _camel(decl)
             _where_fields(decl, where, frozenset({"name", "description", "parameters", "parametersJsonSchema"}))
             if not isinstance(decl.get("name"), str):
                 raise ApiError(400, f"{where}: a function declaration needs a string 'name'", param=where)
@@ -109,8 +136,9 @@ def _json_schema(schema: Any) -> Any:
 def _tool_choice(config: dict[str, Any] | None, tools: list[dict[str, Any]]) -> Any:
     if not config:
         return None
+    config = _camel(config)
     _where_fields(config, "toolConfig", frozenset({"functionCallingConfig"}))
-    fcc = config.get("functionCallingConfig") or {}
+    fcc = _camel(config.get("functionCallingConfig") or {})
     where = "toolConfig.functionCallingConfig"
     _where_fields(fcc, where, frozenset({"mode", "allowedFunctionNames"}))
     mode = str(fcc.get("mode") or "AUTO").upper()
@@ -138,7 +166,7 @@ def _tool_choice(config: dict[str, Any] | None, tools: list[dict[str, Any]]) -> 
 
 def _generation(config: dict[str, Any] | None) -> dict[str, Any]:
     """ChatRequest keyword arguments from ``generationConfig``."""
-    g = dict(config or {})
+    g = _camel(config or {})
     _where_fields(g, "generationConfig", _GENERATION_FIELDS)
     if g.get("candidateCount") not in (None, 1):
         raise refuse("generationConfig.candidateCount", "only one candidate is sampled per call")
@@ -153,7 +181,7 @@ def _generation(config: dict[str, Any] | None) -> dict[str, Any]:
         "seed": g.get("seed"),
         "chat_template_kwargs": {},
     }
-    thinking = g.get("thinkingConfig")
+    thinking = _camel(g.get("thinkingConfig"))
     if thinking is not None:
         where = "generationConfig.thinkingConfig"
         _where_fields(thinking, where, frozenset({"thinkingBudget", "includeThoughts", "thinkingLevel"}))
@@ -168,7 +196,7 @@ def _generation(config: dict[str, Any] | None) -> dict[str, Any]:
 
 def include_thoughts(req: GenerateContentRequest) -> bool:
     """Whether the reply carries the policy's reasoning as ``thought`` parts (unless turned off)."""
-    thinking = (req.generationConfig or {}).get("thinkingConfig") or {}
+    thinking = _camel(_camel(req.generationConfig or {}).get("thinkingConfig") or {})
     return thinking.get("includeThoughts") is not False
 
 

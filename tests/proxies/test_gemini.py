@@ -193,3 +193,43 @@ def test_model_face_keys_and_routes(server: ProxyServer) -> None:
     assert r.status_code == 200 and r.json()["id"] == "m"  # the model card route is still GET /v1/models/{id}
     r = httpx.post(f"{root}/v1beta/models/m:streamGenerateContent", params={"key": token}, json=body, timeout=60)
     assert r.status_code == 400 and "alt=sse" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("thinking", "enabled"),
+    [({"thinkingBudget": 0}, False), ({"thinkingBudget": -1}, True), ({"thinkingLevel": "LOW"}, True)],
+)
+def test_thinking_config_is_the_templates_switch(thinking: dict[str, Any], enabled: bool) -> None:
+    from lego.proxies import gemini
+
+    body = {"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"thinkingConfig": thinking}}
+    creq = gemini.to_chat_request(gemini.GenerateContentRequest.model_validate(body), "m", stream=False)
+    assert creq.chat_template_kwargs == {"enable_thinking": enabled}
+
+
+@pytest.mark.parametrize("include", [None, False])
+def test_reasoning_comes_back_as_thought_parts_unless_turned_off(
+    scripted: Any, clients: Clients, include: bool | None
+) -> None:
+    srv, engine = scripted
+    engine.push("<think>\nhmm\n</think>\n\nanswer<|im_end|>")
+    client = clients.gemini(srv)
+    config = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(include_thoughts=include))
+    r = client.models.generate_content(model="m", contents="hi", config=config)
+    parts = [(bool(p.thought), p.text) for p in r.candidates[0].content.parts]
+    assert parts == ([(False, "answer")] if include is False else [(True, "hmm"), (False, "answer")])
+
+
+def test_a_function_response_without_an_id_answers_the_call_of_its_name(scripted: Any, clients: Clients) -> None:
+    srv, engine = scripted
+    engine.push(CALL, "done<|im_end|>")
+    client = clients.gemini(srv)
+    config = types.GenerateContentConfig(tools=[BASH])
+    contents: list[Any] = [types.Content(role="user", parts=[types.Part(text="list files")])]
+    r = client.models.generate_content(model="m", contents=contents, config=config)
+    (call,) = r.function_calls
+    response = types.FunctionResponse(name="bash", response={"output": "a.py"})
+    contents += [r.candidates[0].content, types.Content(role="user", parts=[types.Part(function_response=response)])]
+    assert client.models.generate_content(model="m", contents=contents, config=config).text == "done"
+    traj = srv.trajectory("t")
+    assert traj.messages[-2]["tool_call_id"] == call.id and len(traj.segments) == 1
