@@ -32,13 +32,13 @@ and the red-team suite (tests/redteam) runs its backend-dependent attacks on thi
   holds its processes and the pages of its tmpfs mounts together.
 * Processes: a private pid namespace with Docker's init (tini) as pid 1 (it reaps orphans);
   ``pids_limit`` = ``max_processes``; RLIMIT_CPU and RLIMIT_CORE=0 via ulimits. Each exec runs
-  under a root wrapper (:data:`_WRAPPER`; the agent can neither signal nor trace it) that kills the
+  under a root wrapper (:data:`~lego.sandboxes.docker_scripts.WRAPPER`; the agent can neither signal nor trace it) that kills the
   command and every descendant at the deadline, and when the command ends stops what it left
   running before that end is visible (so a daemon cannot act between the harness returning and
   lego killing it); an output flood past ``OUTPUT_CAP`` or a command outliving its deadline by
   10 s kills every agent process. :meth:`DockerSandbox.kill_agent_processes` kills every process
   of uid 1000 (daemons and stopped ones included): first the container's main process (a root
-  keeper under tini, :data:`_KEEPER`) is signalled and SIGKILLs them one by one, which needs no
+  keeper under tini, :data:`~lego.sandboxes.docker_scripts.KEEPER`) is signalled and SIGKILLs them one by one, which needs no
   free pid; then a root loop sends ``kill(-1, SIGKILL)`` from a uid-1000 child until none is left.
 * Network: ``network_mode="none"``: only ``lo``. With a proxy socket, a second container (the
   *bridge*) joins the sandbox's network namespace only, with the socket bind-mounted at
@@ -75,23 +75,29 @@ Not isolated:
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
-import select
-import socket
-import struct
-import tarfile
-import tempfile
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lego.config import SandboxConfig
 from lego.errors import SandboxError
+from lego.sandboxes.docker_engine import (
+    LABEL,
+    LEGO_DIR,
+    cleanup_leftovers,
+    docker_client,
+    exec_as_root,
+    image_for,
+    new_run_id,
+    repo_tar,
+    run_bridge_container,
+    run_sandbox_container,
+    sandbox_mounts,
+)
+from lego.sandboxes.docker_scripts import AS_AGENT, GIT_ENV, KEEPER, KILL_ALL, STRIP, STRIP_CHECK, WRAPPER, diff_script
 from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR
-from lego.sandboxes.local_diff import DIFF_FILE_CAP
+from lego.sandboxes.local_diff import DIFF_OUTPUT_CAP
 from lego.sandboxes.processes import OUTPUT_CAP
 from lego.sandboxes.runtime import python_runtime
 from lego.sandboxes.templates import pristine_template, sandbox_id, template_info
@@ -99,322 +105,7 @@ from lego.types import ExecResult, Task
 
 __all__ = ["LABEL", "DockerSandbox", "cleanup_leftovers", "docker_client", "new_run_id"]
 
-LABEL = "lego.sandbox"
-_SOCK = "/run/lego/proxy.sock"
-_LEGO = "/lego"
-_BASE_GIT = f"{_LEGO}/base.git"
-_ROOT_CAPS = ["CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "KILL", "SETUID", "SETGID", "SETPCAP"]
-_AS_AGENT = [
-    f"--reuid={AGENT_UID}",
-    f"--regid={AGENT_UID}",
-    "--clear-groups",
-    "--bounding-set=-all",
-    "--inh-caps=-all",
-    "--no-new-privs",
-    "--",
-]
-_DIFF_OUTPUT_CAP = 64 * 1024 * 1024
-_STRIP = (
-    'set -e; cd "$1"; git remote | xargs -r -n1 git remote remove; '
-    "git for-each-ref --format='%(refname)' | grep -v \"^$(git symbolic-ref -q HEAD || echo NONE)$\" "
-    "| xargs -r -n1 git update-ref -d; git stash clear; git reflog expire --expire=now --all; "
-    "rm -f .git/ORIG_HEAD .git/FETCH_HEAD .git/packed-refs.lock; git gc -q --prune=now"
-)
-_GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_COUNT": "4",
-    "GIT_CONFIG_KEY_0": "core.hooksPath",
-    "GIT_CONFIG_VALUE_0": "/dev/null",
-    "GIT_CONFIG_KEY_1": "core.fsmonitor",
-    "GIT_CONFIG_VALUE_1": "false",
-    "GIT_CONFIG_KEY_2": "core.untrackedCache",
-    "GIT_CONFIG_VALUE_2": "false",
-    "GIT_CONFIG_KEY_3": "safe.directory",
-    "GIT_CONFIG_VALUE_3": "*",
-}
-# Runs as root with lego's runtime python: until no live process of the agent's uid is left, a
-# child that became that uid sends kill(-1, SIGKILL), which the kernel applies to all of them at
-# once (a fork cannot complete during it), sparing only the sender.
-_KILL_ALL = f"""
-import os, sys, time
-def alive():
-    out = []
-    for p in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{{p}}/status") as f:
-                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
-        except (OSError, ValueError):
-            continue
-        if fields.get("Uid", "").split()[:1] == ["{AGENT_UID}"] and fields.get("State", "").split()[:1] != ["Z"]:
-            out.append(int(p))
-    return out
-deadline = time.monotonic() + 20
-while left := alive():
-    if time.monotonic() > deadline:
-        sys.exit("processes of uid {AGENT_UID} survived 20 s of SIGKILL")
-    try:
-        pid = os.fork()
-    except OSError:  # the pids limit is full (a fork bomb): one by one, which frees slots
-        for p in left:
-            try:
-                os.kill(p, 9)
-            except OSError:
-                pass
-        continue
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setgid({AGENT_UID})
-            os.setuid({AGENT_UID})
-            os.kill(-1, 9)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    time.sleep(0.005)
-"""
-
-
-# Every command of the agent's runs under this, as root with lego's runtime python (argv: the marker
-# ``lego-exec``, the wall-time limit, then ``setpriv ... -- env -i -- VARS command``). It resumes every stopped
-# process of the agent, becomes a child subreaper (daemons the command leaves, setsid or not, stay
-# its descendants) and runs the command in a session of its own. At the deadline it kills the
-# command and every descendant. When the command ends, before reaping it (so its pid still answers
-# ``kill -0``), it stops (SIGSTOP, until none is left running) every process of the agent that no
-# other running command of lego's owns: nothing the agent leaves behind can act between lego's
-# commands (e.g. write the fix once the harness has returned, before lego kills it); the next
-# command resumes them, :meth:`DockerSandbox.kill_agent_processes` ends them.
-_WRAPPER = f"""
-import ctypes, os, select, signal, sys, time
-limit, cmd = float(sys.argv[2]), sys.argv[3:]
-def procs():
-    out = {{}}
-    for p in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{{p}}/stat") as f:
-                tail = f.read().rsplit(")", 1)[1].split()
-            out[int(p)] = (tail[0], int(tail[1]))
-        except (OSError, ValueError, IndexError):
-            pass
-    return out
-def status_uid(pid):
-    try:
-        with open(f"/proc/{{pid}}/status") as f:
-            return next(ln.split()[1] for ln in f if ln.startswith("Uid:"))
-    except (OSError, StopIteration):
-        return ""
-for pid, (state, _) in procs().items():
-    if state in "Tt" and status_uid(pid) == "{AGENT_UID}":
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except OSError:
-            pass
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
-main = os.fork()
-if main == 0:
-    os.setsid()
-    try:
-        os.execvp(cmd[0], cmd)
-    except OSError as e:
-        sys.stderr.write(f"{{cmd[0]}}: {{e.strerror}}\\n")
-        os._exit(127)
-fd = os.pidfd_open(main)
-deadline = time.monotonic() + limit
-timed_out = False
-while True:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        timed_out = True
-        break
-    if select.select([fd], [], [], min(left, 0.05))[0]:
-        break
-    while True:
-        got = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        if got is None or got.si_pid == main:
-            break
-        os.waitpid(got.si_pid, 0)
-me = os.getpid()
-def is_wrapper(pid):
-    try:
-        with open(f"/proc/{{pid}}/cmdline", "rb") as f:
-            return f.read().split(b"\\0")[5:6] == [b"lego-exec"] and status_uid(pid) == "0"
-    except OSError:
-        return False
-def below(table, roots):
-    out, grew = set(), True
-    while grew:
-        grew = False
-        for pid, (_, ppid) in table.items():
-            if pid not in out and (ppid in roots or ppid in out):
-                out.add(pid)
-                grew = True
-    return out
-for _ in range(1000):
-    table = procs()
-    if timed_out:
-        todo = [p for p in below(table, {{me}}) | {{main}} if table.get(p, ("Z",))[0] not in ("Z", "X")]
-        sig = signal.SIGKILL
-    else:
-        busy = below(table, {{p for p in table if p != me and is_wrapper(p)}})
-        todo = [
-            p for p, (state, _) in table.items()
-            if state not in "ZXTt" and p != main and p not in busy and status_uid(p) == "{AGENT_UID}"
-        ]
-        sig = signal.SIGSTOP
-    if not todo:
-        if timed_out:
-            timed_out = None
-            continue
-        break
-    for pid in todo:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-    time.sleep(0.001)
-_, status = os.waitpid(main, 0)
-code = os.waitstatus_to_exitcode(status)
-os._exit(124 if timed_out is None else (code if code >= 0 else 128 - code))
-"""
-
-
-# The container's main process (tini's child), as root: on SIGUSR1 it SIGKILLs every process of
-# the agent's uid, one by one, until none is left. It needs no new process, so it works when the
-# agent's processes hold every slot of the pids limit and no command (not even lego's) can start.
-_KEEPER = f"""
-import os, signal, time
-def agents():
-    out = []
-    for p in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{{p}}/status") as f:
-                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
-        except (OSError, ValueError):
-            continue
-        if fields.get("Uid", "").split()[:1] == ["{AGENT_UID}"] and fields.get("State", "").split()[:1] != ["Z"]:
-            out.append(int(p))
-    return out
-def kill_all(*_):
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        left = agents()
-        if not left:
-            return
-        for p in left:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.002)
-signal.signal(signal.SIGUSR1, kill_all)
-while True:
-    signal.pause()
-"""
-
-
-def docker_client() -> Any:
-    """A Docker SDK client from the environment, or a SandboxError naming the fix."""
-    try:
-        import docker
-    except ImportError as exc:
-        raise SandboxError("the docker backend needs the Docker SDK: pip install 'lego-rl[docker]'") from exc
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:
-        raise SandboxError(
-            f"no Docker engine answers ({exc}); start one (e.g. `dockerd --bridge=none --iptables=false "
-            "--ip6tables=false` as root) or use sandbox.kind=local"
-        ) from exc
-    return client
-
-
-def _ulimit(name: str, value: int) -> Any:
-    from docker.types import Ulimit
-
-    return Ulimit(name=name, soft=value, hard=value)
-
-
-def _bind(path: str | Path, target: str, *, read_only: bool = True) -> Any:
-    from docker.types import Mount
-
-    return Mount(target=target, source=str(path), type="bind", read_only=read_only)
-
-
-def _tmpfs(target: str, mb: int, mode: int) -> Any:
-    from docker.types import Mount
-
-    return Mount(target=target, source=None, type="tmpfs", tmpfs_size=max(mb, 1) << 20, tmpfs_mode=mode)
-
-
-def _image_for(client: Any, task: Task, cfg: SandboxConfig) -> str:
-    if task.image:
-        name = task.image
-    elif task.dockerfile:
-        name = f"lego-task:{hashlib.sha256(task.dockerfile.encode()).hexdigest()[:16]}"
-        if not client.images.list(name=name):
-            with tempfile.TemporaryDirectory() as ctx:
-                (Path(ctx) / "Dockerfile").write_text(task.dockerfile)
-                try:
-                    client.images.build(path=ctx, tag=name, rm=True, network_mode="none")
-                except Exception as exc:
-                    raise SandboxError(f"building the image of task {task.instance_id} failed: {exc}") from exc
-        return name
-    elif cfg.docker_image:
-        name = cfg.docker_image
-    else:
-        raise SandboxError(
-            f"task {task.instance_id} names no image or dockerfile; set sandbox.docker_image or use sandbox.kind=local"
-        )
-    try:
-        client.images.get(name)
-    except Exception:
-        try:
-            client.images.pull(name)
-        except Exception as exc:
-            raise SandboxError(
-                f"image {name} is not present and could not be pulled ({exc}); `docker pull {name}`"
-            ) from exc
-    return name
-
-
-def _repo_tar(template: Path) -> bytes:
-    """The template as a tar whose every entry belongs to the agent (symlinks stored as links)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-
-        def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
-            info.uid = info.gid = AGENT_UID
-            info.uname = info.gname = ""
-            return info
-
-        for entry in sorted(template.iterdir()):
-            tar.add(entry, arcname=entry.name, filter=own)
-    return buf.getvalue()
-
-
-class _Frames:
-    """Demultiplexes a Docker exec's raw stream (8-byte headers: stream id, size) with a cap."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap, self.overflow = cap, False
-        self.buf = bytearray()
-        self.streams = {1: bytearray(), 2: bytearray()}
-
-    def feed(self, chunk: bytes) -> None:
-        self.buf += chunk
-        while len(self.buf) >= 8:
-            kind, size = self.buf[0], struct.unpack(">I", self.buf[4:8])[0]
-            if len(self.buf) < 8 + size:
-                return
-            data = bytes(self.buf[8 : 8 + size])
-            del self.buf[: 8 + size]
-            out = self.streams.get(kind)
-            if out is None:
-                continue
-            room = self.cap - len(out)
-            out += data[: max(room, 0)]
-            self.overflow = self.overflow or len(data) > room
+_BASE_GIT = f"{LEGO_DIR}/base.git"
 
 
 class DockerSandbox:
@@ -440,48 +131,23 @@ class DockerSandbox:
         self.proxy_port: int | None = None
         self._labels = {LABEL: "1", "lego.run_id": run_id, "lego.task": task.instance_id}
         try:
-            image = _image_for(self.client, task, cfg)
+            image = image_for(self.client, task, cfg)
             self.runtime = python_runtime()
             binds = [Path(p) for p in (*self.runtime.binds, *ro_binds)]
-            for p in binds:
-                if not p.exists():
-                    raise SandboxError(f"read-only bind {p} does not exist on the host; install it first")
-            mounts = [_bind(p, str(p)) for p in binds]
-            under_root = any(str(p).startswith("/root/") for p in binds)
-            if under_root:  # the image's /root is mode 0700: an empty, traversable one instead
-                mounts.append(_tmpfs("/root", 1, 0o755))
-            mounts += [
-                _tmpfs("/tmp", cfg.disk_mb // 2, 0o1777),
-                _tmpfs(AGENT_HOME, cfg.disk_mb // 4, 0o755),
-                _tmpfs(_LEGO, cfg.disk_mb, 0o700),
-            ]
+            mounts, under_root = sandbox_mounts(binds, cfg, repo_tmpfs=bool(task.repo_path))
             if task.repo_path:
                 self.template = pristine_template(task.repo_path)
                 self.repo_dir = REPO_DIR
-                mounts.append(_tmpfs(REPO_DIR, cfg.disk_mb, 0o755))
             else:
                 self.repo_dir = str(task.metadata.get("repo_dir", "/testbed"))
-            self.container = self.client.containers.run(
+            self.container = run_sandbox_container(
+                self.client,
                 image,
-                command=[str(self.runtime.python), "-I", "-S", "-c", _KEEPER],
-                entrypoint=[],
-                init=True,
-                detach=True,
-                user="0:0",
-                network_mode="none",
+                cfg,
+                command=[str(self.runtime.python), "-I", "-S", "-c", KEEPER],
                 labels=self._labels,
                 mounts=mounts,
                 read_only=bool(task.repo_path),
-                working_dir="/",
-                mem_limit=f"{cfg.memory_budget_mb}m",
-                memswap_limit=f"{cfg.memory_budget_mb}m",
-                shm_size=f"{max(cfg.disk_mb // 8, 1)}m",
-                pids_limit=cfg.max_processes,
-                cap_drop=["ALL"],
-                cap_add=_ROOT_CAPS,
-                security_opt=["no-new-privileges"],
-                ulimits=[_ulimit("cpu", cfg.cpu_seconds), _ulimit("core", 0)],
-                hostname="lego-sandbox",
             )
             self.container.reload()
             # The repo as the host sees it (through the container's init), where lego shares the
@@ -493,7 +159,7 @@ class DockerSandbox:
             tools = self._root(
                 "command -v setpriv && command -v env && command -v git >/dev/null "
                 f"|| {{ echo 'image {image} lacks setpriv (util-linux), env or git' >&2; exit 1; }}; "
-                f"chown {AGENT_UID}:{AGENT_UID} {AGENT_HOME} && chmod 1777 /tmp && chmod 0700 {_LEGO}"
+                f"chown {AGENT_UID}:{AGENT_UID} {AGENT_HOME} && chmod 1777 /tmp && chmod 0700 {LEGO_DIR}"
                 # Docker gives a tmpfs the mode of the image's directory below it (/root: 0700).
                 + (" && chmod 0755 /root" if under_root else "")
             )
@@ -502,7 +168,7 @@ class DockerSandbox:
                 self.base_commit, self.history_strip = template_info(self.template)
                 self._root(
                     f"tar -x --same-owner -C {REPO_DIR} && chown {AGENT_UID}:{AGENT_UID} {REPO_DIR}",
-                    stdin=_repo_tar(self.template),
+                    stdin=repo_tar(self.template),
                     timeout=600,
                 )
             else:
@@ -521,7 +187,7 @@ class DockerSandbox:
 
     def _root(self, script: str, *, stdin: bytes | None = None, timeout: float = 120) -> bytes:
         """Run ``script`` as the container's root (lego's authority); SandboxError when it fails."""
-        env = {"PATH": self._image_path, "HOME": _LEGO, "LANG": "C.UTF-8"}
+        env = {"PATH": self._image_path, "HOME": LEGO_DIR, "LANG": "C.UTF-8"}
         code, out, err, _, _ = self._run(["sh", "-c", script], env=env, workdir="/", stdin=stdin, limit=timeout)
         if code != 0:
             raise SandboxError(
@@ -530,18 +196,11 @@ class DockerSandbox:
         return out
 
     def _strip_image_repo(self) -> bool:
-        self._root(_STRIP.replace('"$1"', f'"{self.repo_dir}"'), timeout=300)
+        self._root(STRIP.replace('"$1"', f'"{self.repo_dir}"'), timeout=300)
         self.base_commit = self._root(f'git -C "{self.repo_dir}" rev-parse HEAD').decode().strip()
         check = self._run(
-            [
-                "sh",
-                "-c",
-                'cd "$1" && test $(git rev-list --all | wc -l) -eq 1 && test -z "$(git remote)" '
-                '&& test -z "$(git reflog)"',
-                "sh",
-                self.repo_dir,
-            ],
-            env={"PATH": self._image_path, "HOME": _LEGO},
+            ["sh", "-c", STRIP_CHECK, "sh", self.repo_dir],
+            env={"PATH": self._image_path, "HOME": LEGO_DIR},
             workdir="/",
             limit=120,
         )
@@ -551,22 +210,8 @@ class DockerSandbox:
     def _start_bridge(self, proxy_uds: Path, image: str, port: int) -> None:
         if not proxy_uds.exists():
             raise SandboxError(f"proxy socket {proxy_uds} does not exist; start the proxy with a uds first")
-        st = proxy_uds.stat()
-        self.bridge = self.client.containers.run(
-            image,
-            command=["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{_SOCK}"],
-            entrypoint=[],
-            init=True,
-            detach=True,
-            user=f"{st.st_uid}:{st.st_gid}",
-            network_mode=f"container:{self.container.id}",
-            labels={**self._labels, "lego.bridge": "1"},
-            mounts=[_bind(proxy_uds, _SOCK, read_only=False)],
-            read_only=True,
-            mem_limit="128m",
-            pids_limit=256,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+        self.bridge = run_bridge_container(
+            self.client, image, sandbox_container=self.container.id, proxy_uds=proxy_uds, port=port, labels=self._labels
         )
         needle = f"0100007F:{port:04X}"
         deadline = time.monotonic() + 10
@@ -593,65 +238,22 @@ class DockerSandbox:
         stdin: bytes | None = None,
         cap: int = OUTPUT_CAP,
     ) -> tuple[int, bytes, bytes, bool, float]:
-        """One exec as root: (exit code, stdout, stderr, overflow, wall_s). Returns once the exec's
-        process has exited and its output drained (1 s of grace for a daemon holding the stream), its
-        output passed ``cap`` or ``limit + 10`` s passed; in the last two cases every agent process
-        is killed."""
+        """One exec as root (see :func:`~lego.sandboxes.docker_engine.exec_as_root`); a runaway
+        command's output or time kills every agent process."""
         if self._closed or self.container is None:
             raise SandboxError(f"sandbox {self.id} is closed; create a new one")
-        api = self.client.api
-        t0 = time.monotonic()
-        try:
-            exec_id = api.exec_create(
-                self.container.id, argv, stdin=stdin is not None, environment=dict(env), workdir=workdir, user="0:0"
-            )["Id"]
-            sock = api.exec_start(exec_id, socket=True)
-        except Exception as exc:
-            raise SandboxError(f"cannot start a command in sandbox {self.id}: {exc}") from exc
-        raw = getattr(sock, "_sock", sock)
-        frames = _Frames(cap)
-        try:
-            if stdin is not None:
-                raw.sendall(stdin)
-                raw.shutdown(socket.SHUT_WR)
-            hard = t0 + limit + 10
-            exited_at: float | None = None
-            last_check = 0.0
-            while True:
-                ready, _, _ = select.select([raw], [], [], 0.2)
-                now = time.monotonic()
-                if ready:
-                    chunk = raw.recv(1 << 16)
-                    if not chunk:
-                        break
-                    frames.feed(chunk)
-                    if frames.overflow:
-                        break
-                    continue
-                if now > hard:
-                    break
-                if exited_at is None and now - last_check > 0.5:
-                    last_check = now
-                    if not api.exec_inspect(exec_id).get("Running"):
-                        exited_at = now
-                elif exited_at is not None and now - exited_at > 1.0:
-                    break
-        finally:
-            with contextlib.suppress(OSError):
-                raw.close()
-            with contextlib.suppress(Exception):
-                sock.close()
-        if frames.overflow or time.monotonic() > t0 + limit + 10:
-            self.kill_agent_processes()
-        info = api.exec_inspect(exec_id)
-        for _ in range(50):  # the exit code is recorded a moment after the stream closes
-            if not info.get("Running"):
-                break
-            time.sleep(0.1)
-            info = api.exec_inspect(exec_id)
-        code = info.get("ExitCode")
-        out, err = bytes(frames.streams[1]), bytes(frames.streams[2])
-        return int(code if code is not None else -1), out, err, frames.overflow, time.monotonic() - t0
+        return exec_as_root(
+            self.client.api,
+            self.container.id,
+            self.id,
+            argv,
+            env=env,
+            workdir=workdir,
+            limit=limit,
+            stdin=stdin,
+            cap=cap,
+            on_runaway=self.kill_agent_processes,
+        )
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment every command starts from (``extra`` wins)."""
@@ -685,8 +287,8 @@ class DockerSandbox:
         # The wrapper runs as root in a fixed environment (none of the caller's variables, e.g. a
         # PATH or LD_PRELOAD naming the agent's files, reaches a root process); the command's own
         # environment is set by `env -i` after setpriv has made it the agent.
-        wrapper = [str(self.runtime.python), "-I", "-S", "-c", _WRAPPER, "lego-exec", f"{max(limit, 0.01):.3f}"]
-        as_agent = [self._setpriv, *_AS_AGENT, self._env_bin, "-i", "--"]
+        wrapper = [str(self.runtime.python), "-I", "-S", "-c", WRAPPER, "lego-exec", f"{max(limit, 0.01):.3f}"]
+        as_agent = [self._setpriv, *AS_AGENT, self._env_bin, "-i", "--"]
         argv = [*wrapper, *as_agent, *(f"{k}={v}" for k, v in self.env(env).items()), *inner]
         root_env = {"PATH": self._image_path, "LANG": "C.UTF-8"}
         code, out, err, overflow, wall = self._run(argv, env=root_env, workdir=wd, limit=limit, stdin=stdin)
@@ -733,31 +335,21 @@ class DockerSandbox:
         container's root against the pristine ``.git`` in /lego and a throwaway index, so no file mode,
         symlink, nested or broken ``.git`` or attribute the agent left stops it, and git follows no
         symlink. Files over ``DIFF_FILE_CAP``, FIFOs, sockets and devices are left out."""
-        script = (
-            "set -e; t=$(mktemp -d -p /lego); trap 'rm -rf \"$t\"' EXIT; "
-            'export GIT_INDEX_FILE="$t/index" GIT_OBJECT_DIRECTORY="$t/objects"; mkdir "$t/objects"; '
-            'cd "$GIT_WORK_TREE"; { printf ".\\0"; '
-            f"find . -path ./.git -prune -o \\( ! -type d ! -type l ! -type f -o -type f -size +{DIFF_FILE_CAP // 1024}k \\) "
-            "-printf ':(exclude,literal)%P\\0'; } > \"$t/specs\"; "
-            "git read-tree HEAD; "
-            'git add -A --pathspec-from-file="$t/specs" --pathspec-file-nul; '
-            f"git diff --cached --binary --no-ext-diff --no-textconv --no-color --full-index {self.base_commit} -- "
-            "':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.py[co]'"
-        )
+        script = diff_script(self.base_commit)
         env = {
-            **_GIT_ENV,
+            **GIT_ENV,
             "PATH": self._image_path,
-            "HOME": _LEGO,
+            "HOME": LEGO_DIR,
             "GIT_DIR": _BASE_GIT,
             "GIT_WORK_TREE": self.repo_dir,
             "GIT_ALTERNATE_OBJECT_DIRECTORIES": f"{_BASE_GIT}/objects",
         }
         code, out, err, overflow, _ = self._run(
-            ["sh", "-c", script], env=env, workdir="/", limit=300, cap=_DIFF_OUTPUT_CAP
+            ["sh", "-c", script], env=env, workdir="/", limit=300, cap=DIFF_OUTPUT_CAP
         )
         if overflow:
             raise SandboxError(
-                f"the agent's changes in sandbox {self.id} exceed {_DIFF_OUTPUT_CAP >> 20} MiB as a patch; "
+                f"the agent's changes in sandbox {self.id} exceed {DIFF_OUTPUT_CAP >> 20} MiB as a patch; "
                 "such a diff cannot be graded"
             )
         if code != 0:
@@ -775,7 +367,7 @@ class DockerSandbox:
         for _ in range(50):
             try:
                 code, out, err, _, _ = self._run(
-                    [str(self.runtime.python), "-I", "-S", "-c", _KILL_ALL],
+                    [str(self.runtime.python), "-I", "-S", "-c", KILL_ALL],
                     env={"PATH": self._image_path},
                     workdir="/",
                     limit=30,
@@ -806,20 +398,3 @@ class DockerSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def cleanup_leftovers(run_id: str | None = None, client: Any = None) -> int:
-    """Remove sandboxes lego left behind (all, or one run's); returns how many were removed (a
-    sandbox's bridge container is removed with it and not counted)."""
-    client = client or docker_client()
-    filters = {"label": [f"{LABEL}=1", *([f"lego.run_id={run_id}"] if run_id else [])]}
-    removed = 0
-    for c in client.containers.list(all=True, filters=filters):
-        with contextlib.suppress(Exception):
-            c.remove(force=True)
-            removed += 0 if c.labels.get("lego.bridge") else 1
-    return removed
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex[:8]
