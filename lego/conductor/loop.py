@@ -11,7 +11,7 @@ Simplifications, and why:
   state dict (cheap for the tiny default; for big models the vLLM path pushes through its API).
   ``lego.conductor.weight_sync.build_weight_sync`` picks the delivery from ``engine.kind``.
 
-Run directory (everything written atomically; ``--resume`` continues after the last checkpoint)::
+Run directory (:mod:`lego.conductor.run_dir`; ``--resume`` continues after the last checkpoint)::
 
     config.toml  metrics.jsonl  trajectories/step_NNNN/*.json  checkpoints/step_NNNNNN/  report.html
 
@@ -26,21 +26,22 @@ as "saved step N; continue with `lego train --resume`".
 Crash safety: a step's checkpoint (which carries the step's metrics line) is written before the
 line is appended to ``metrics.jsonl``; on resume the file is reconciled against the checkpoint, so
 no step is lost or counted twice whatever the moment of the kill.
+
+Mixed-harness runs (``harness.weights``): :func:`step_harnesses` gives each task of a step one
+harness, shared by its G rollouts; the step's metrics and console line break reward, pass rate and
+fidelity down per harness (:mod:`lego.conductor.step_summary`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import shutil
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,19 +50,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lego.algos import group_advantages
-from lego.conductor.checkpoint import check_compatible, load_latest, read_config, restore_checkpoint, save_checkpoint
-from lego.conductor.cli.basic import to_toml
+from lego.conductor.checkpoint import restore_checkpoint, save_checkpoint
 from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
+from lego.conductor.run_dir import RunDir, prepare_run, prune_checkpoints, reconcile_metrics
+from lego.conductor.step_summary import step_metrics, summary_line
 from lego.conductor.trainer import Trainer, items_from_trajectories
 from lego.conductor.weight_sync import WeightSync, build_weight_sync
-from lego.config import LegoConfig, validate_config
+from lego.config import LegoConfig
 from lego.errors import ConfigError
-from lego.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
-from lego.types import INFRA_LABELS, StepMetrics, Task, Trajectory
+from lego.io import append_jsonl, atomic_write_json, atomic_write_text
+from lego.types import StepMetrics, Task, Trajectory
 
-__all__ = ["RunDir", "TrainingInterrupted", "step_metrics", "train"]
+__all__ = ["TrainingInterrupted", "step_harnesses", "train", "trained_harness", "validate"]
 
-KEEP_CHECKPOINTS = 2
 CLOSE_WAIT_S = 5.0
 """On Ctrl-C, how long to wait for the proxy and engine to close before leaving them to the process exit."""
 
@@ -73,28 +74,6 @@ class TrainingInterrupted(Exception):
         super().__init__(f"interrupted; saved step {saved_step} in {run_dir}")
         self.run_dir = run_dir
         self.saved_step = saved_step
-
-
-@dataclass(frozen=True)
-class RunDir:
-    """Paths inside a run directory."""
-
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.toml"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
-
-    def trajectories(self, number: int) -> Path:
-        """Trajectories of step ``number`` (1-based, as the console and checkpoints count)."""
-        return self.root / "trajectories" / f"step_{number:04d}"
-
-    def has_history(self) -> bool:
-        return self.metrics.exists() or (self.root / "checkpoints").exists()
 
 
 def _seed(*parts: object) -> int:
@@ -112,98 +91,40 @@ def _step_tasks(tasks: Sequence[Task], step: int, per_step: int, seed: int) -> l
     return out
 
 
-def _harness_for(task: Task, cfg: LegoConfig, rng: random.Random) -> str:
-    """Task metadata wins; else the configured weights; else ``harness.name``."""
-    named = task.metadata.get("harness")
-    if isinstance(named, str) and named:
-        return named
-    if cfg.harness.weights:
-        names = sorted(cfg.harness.weights)
-        return rng.choices(names, weights=[cfg.harness.weights[n] for n in names])[0]
-    return cfg.harness.name
+def step_harnesses(tasks: Sequence[Task], cfg: LegoConfig, step: int) -> list[str]:
+    """The harness of each task of ``step``; a task's G rollouts share it (advantages are per group).
+
+    Task metadata (``harness``) wins. The other tasks are split over ``harness.weights`` as evenly
+    as the step's B allows (largest remainder, ties and order drawn from a per-step seed), so every
+    step of a mixed run trains on each harness its weights give a whole task; without weights,
+    ``harness.name``. Seeded by step: a resumed run repeats the same assignment."""
+    out = [t.metadata.get("harness") for t in tasks]
+    free = [i for i, h in enumerate(out) if not (isinstance(h, str) and h)]
+    weights = {n: w for n, w in sorted(cfg.harness.weights.items()) if w > 0}
+    if not weights:
+        for i in free:
+            out[i] = cfg.harness.name
+        return [str(h) for h in out]
+    rng = random.Random(_seed(cfg.training.seed, "harness", step))
+    total = sum(weights.values())
+    quota = {n: len(free) * w / total for n, w in weights.items()}
+    counts = {n: int(q) for n, q in quota.items()}
+    by_remainder = sorted(weights, key=lambda n: (-(quota[n] - counts[n]), rng.random()))
+    for n in by_remainder[: len(free) - sum(counts.values())]:
+        counts[n] += 1
+    pool = [n for n in weights for _ in range(counts[n])]
+    rng.shuffle(pool)
+    for i, h in zip(free, pool, strict=True):
+        out[i] = h
+    return [str(h) for h in out]
 
 
-def step_metrics(trajs: Sequence[Trajectory], train_metrics: dict[str, float]) -> dict[str, float]:
-    """Rollout-side metrics of a step (reward, pass rate, labels, guards, lengths) merged with the trainer's."""
-    valid = [t for t in trajs if not t.is_infra_failure]
-    rewards = [t.reward or 0.0 for t in valid]
-    m: dict[str, float] = dict(train_metrics)
-    m["rollout/count"] = float(len(trajs))
-    m["rollout/infra_failures"] = float(len(trajs) - len(valid))
-    m["reward/mean"] = sum(rewards) / len(rewards) if rewards else 0.0
-    # the reward, not the grade: a guard may have zeroed a resolved grade
-    m["reward/pass_rate"] = sum(1.0 for r in rewards if r >= 1.0) / max(len(valid), 1)
-    for label, n in Counter(t.termination for t in trajs).items():
-        m[f"termination/{label}"] = float(n)
-    # failures the policy caused (a killed harness, a repo that breaks the diff or the grader): scored 0
-    m["rollout/policy_failures"] = float(sum(1 for t in valid if t.termination in INFRA_LABELS))
-    m["guards/zeroed"] = sum(1.0 for t in trajs if t.metadata.get("zeroed_by")) / max(len(trajs), 1)
-    flags = Counter(k for t in trajs for k, v in t.guard_flags.items() if v)
-    for name in sorted({k for t in trajs for k in t.guard_flags}):
-        m[f"guards/{name}"] = flags[name] / len(trajs)
-    sampled = [t.num_sampled_tokens for t in valid]
-    m["rollout/sampled_tokens_mean"] = sum(sampled) / len(sampled) if sampled else 0.0
-    m["rollout/segments_mean"] = sum(len(t.segments) for t in valid) / max(len(valid), 1)
-    m["rollout/turns_mean"] = sum(t.counters.get("turns", 0.0) for t in valid) / max(len(valid), 1)
-    # the reasoning-history policy's deviation from one plain segment (proxy.reasoning_history)
-    for key in ("reasoning_seals", "reprefill_tokens", "kept_reasoning_tokens"):
-        m[f"rollout/{key}_mean"] = sum(t.counters.get(key, 0.0) for t in valid) / max(len(valid), 1)
-    for h in sorted({t.harness for t in valid}):
-        hr = [t.reward or 0.0 for t in valid if t.harness == h]
-        m[f"reward/mean/{h}"] = sum(hr) / len(hr)
-    return m
-
-
-def summary_line(step: int, steps: int, m: dict[str, float]) -> str:
-    """The one-line step summary on the console."""
-    pearson = m.get("training/rollout_actor_probs_pearson_corr", float("nan"))
-    return (
-        f"step {step + 1}/{steps} | reward {m.get('reward/mean', 0):.3f} | pass {100 * m.get('reward/pass_rate', 0):.0f}% "
-        f"| pearson {pearson:.5f} | kl {m.get('rollout_corr/kl', float('nan')):.2e} "
-        f"| clip {m.get('actor/pg_clipfrac', 0):.3f} | {m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s "
-        f"| infra {m.get('rollout/infra_failures', 0):.0f} | {m.get('perf/step_s', 0):.0f}s"
-        + "".join(f" | {k.split('@')[0]} {v:.3f}" for k, v in m.items() if k.startswith("val/pass1@"))
-    )
-
-
-def _prepare_run(cfg: LegoConfig, resume: bool) -> tuple[RunDir, Path | None]:
-    run = RunDir(Path(cfg.training.out_dir))
-    ckpt = load_latest(run.root) if resume else None
-    if resume:
-        if not run.has_history():
-            raise ConfigError(
-                f"--resume: training.out_dir={run.root} holds no run to continue (no metrics.jsonl, no checkpoints/); "
-                "drop --resume to start one there, or point -o training.out_dir=DIR at an existing run"
-            )
-        if run.config.exists():
-            import tomllib
-
-            saved = validate_config(tomllib.loads(run.config.read_text()))
-            check_compatible(saved, cfg)
-        if ckpt is not None:
-            check_compatible(read_config(ckpt), cfg)
-    elif run.has_history():
-        raise ConfigError(
-            f"training.out_dir={run.root} already holds a run; continue it with `lego train --resume`, "
-            "or pick a new directory with -o training.out_dir=DIR"
-        )
-    run.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run.config, to_toml(cfg))
-    return run, ckpt
-
-
-def _reconcile_metrics(run: RunDir, done_steps: int, last_line: dict[str, Any] | None) -> None:
-    """Keep exactly the lines of completed steps 1..done_steps (the last from the checkpoint if the kill lost it)."""
-    lines = [ln for ln in read_jsonl(run.metrics) if 1 <= int(ln.get("step", 0)) <= done_steps]
-    if last_line is not None and done_steps > 0 and not any(int(ln["step"]) == done_steps for ln in lines):
-        lines.append(last_line)
-    atomic_write_text(run.metrics, "".join(json.dumps(ln) + "\n" for ln in lines))
-
-
-def _prune_checkpoints(run: RunDir) -> None:
-    steps = sorted(p for p in (run.root / "checkpoints").glob("step_*") if p.is_dir())
-    for old in steps[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
+def trained_harness(cfg: LegoConfig) -> str:
+    """What ``lego_meta.json`` records as the harness a checkpoint was trained in: ``harness.name``,
+    or the weighted harnesses joined by ``+`` for a mixed run (the eval's transfer matrix marks none
+    of its columns as the training harness then)."""
+    mixed = sorted(n for n, w in cfg.harness.weights.items() if w > 0)
+    return "+".join(mixed) if len(mixed) > 1 else (mixed[0] if mixed else cfg.harness.name)
 
 
 def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[Task], Callable[[Task], Task]]:
@@ -245,11 +166,9 @@ def _rollouts(
         from lego.conductor.ray_rollout import ray_runner
 
         run_many = ray_runner(runner, cfg.training.ray_address).run_many
-    rng = random.Random(_seed(cfg.training.seed, "harness", step))
     g = cfg.algorithm.group_size
     jobs = []
-    for ti, task in enumerate(tasks):
-        harness = _harness_for(task, cfg, rng)
+    for ti, (task, harness) in enumerate(zip(tasks, step_harnesses(tasks, cfg, step), strict=True)):
         for k in range(g):
             opts = RolloutOptions(
                 override_sampling=cfg.training.sampling_override,
@@ -371,7 +290,7 @@ def train(
 ) -> RunDir:
     """Run (or resume) the RL loop described by ``cfg``; returns the run directory."""
     console = console or Console()
-    run, ckpt = _prepare_run(cfg, resume)
+    run, ckpt = prepare_run(cfg, resume)
     t_setup = time.monotonic()
     try:
         with _status(console, "loading the policy, the trainer and the tasks"):
@@ -381,7 +300,7 @@ def train(
             if ckpt is not None:
                 extra = restore_checkpoint(trainer, ckpt)
                 last_line = extra.get("metrics")
-            _reconcile_metrics(run, trainer.step_count, last_line)
+            reconcile_metrics(run, trainer.step_count, last_line)
             policy = Policy.start(cfg.engine, cfg.proxy, name="policy")
     except BaseException:
         # A run that never started (the model refused, the tasks missing) leaves no directory that
@@ -402,7 +321,7 @@ def train(
         ready = (
             f"ready in {time.monotonic() - t_setup:.1f}s: {len(tasks)} {cfg.tasks.split} tasks, "
             f"{cfg.training.tasks_per_step}×{cfg.algorithm.group_size} rollouts/step, harness "
-            f"{cfg.harness.name}, out {run.root}"
+            f"{trained_harness(cfg)}, out {run.root}"
         )
         console.print(ready, soft_wrap=True, highlight=False)
         runner = RolloutRunner(cfg, policy)
@@ -458,9 +377,9 @@ def train(
                 path = save_checkpoint(trainer, run.root, extra={"metrics": line}, export_merged=lora)
                 atomic_write_json(
                     path / "lego_meta.json",
-                    {"trained_harness": cfg.harness.name, "base_model": cfg.engine.model, "step": step + 1},
+                    {"trained_harness": trained_harness(cfg), "base_model": cfg.engine.model, "step": step + 1},
                 )
-                _prune_checkpoints(run)
+                prune_checkpoints(run)
                 saved_step = step + 1
             append_jsonl(run.metrics, line)
             last_line = line

@@ -6,7 +6,9 @@ tolerant of what the trainer logs: every numeric series is plotted, grouped into
 (reward / pass rate, fidelity, policy update, KL and entropy, lengths, termination labels, guard
 flags) and then by namespace prefix (the text before the first ``/``). A metric whose last path
 component (or ``@suffix``) names a harness seen in the trajectories is drawn in the per-harness
-breakdown, one line per harness. Several lines for one step (a validation line, a resumed run)
+breakdown, one line per harness, and a mixed-harness run (more than one harness) gets a "Per
+harness" table: rollouts, mean reward, pass rate and rollout–trainer Pearson of each harness, over
+the whole run and at its last step. Several lines for one step (a validation line, a resumed run)
 are merged, the later value winning.
 """
 
@@ -26,7 +28,7 @@ from lego.eval.plots import data_uri, save_png
 from lego.io import atomic_write_text, read_jsonl
 from lego.types import StepMetrics, Trajectory
 
-__all__ = ["SECTIONS", "group_metrics", "load_metrics", "load_trajectories", "write_train_report"]
+__all__ = ["SECTIONS", "group_metrics", "harness_table", "load_metrics", "load_trajectories", "write_train_report"]
 
 Series = dict[str, list[tuple[int, float]]]
 
@@ -187,6 +189,37 @@ def _trajectory_series(
     return {k: v for k, v in per_h.items() if v}, terms, guards
 
 
+HARNESS_COLUMNS = [
+    ("rollouts", "rollout/count"),
+    ("reward", "reward/mean"),
+    ("pass rate", "reward/pass_rate"),
+    ("Pearson", "training/rollout_actor_probs_pearson_corr"),
+]
+"""Per-harness table: column title and the metric whose ``/<harness>`` copy fills it."""
+
+
+def harness_table(series: Series, harnesses: set[str]) -> tuple[list[str], list[list[str]]]:
+    """(head, rows) of the per-harness table: for each column, the mean over the run's steps and the
+    last step's value (rollouts: the total and the last step's count). Empty with one harness."""
+    if len(harnesses) < 2:
+        return [], []
+    head = ["harness", *(f"{title} ({span})" for title, _ in HARNESS_COLUMNS for span in ("run", "last step"))]
+    rows = []
+    for h in sorted(harnesses):
+        row = [h]
+        for title, base in HARNESS_COLUMNS:
+            points = series.get(f"{base}/{h}", [])
+            if not points:
+                row += ["–", "–"]
+                continue
+            values = [v for _, v in points]
+            whole = sum(values) if title == "rollouts" else sum(values) / len(values)
+            fmt = (lambda v: f"{v:.0f}") if title == "rollouts" else (lambda v: f"{v:.4g}")
+            row += [fmt(whole), fmt(values[-1])]
+        rows.append(row)
+    return head, rows
+
+
 def _slug(s: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_") or "plot"
 
@@ -245,9 +278,11 @@ def write_train_report(run_dir: str | Path, out: str | Path | None = None) -> Pa
         if steps else "metrics.jsonl holds no steps yet."
     )  # fmt: skip
     env = jinja2.Environment(loader=jinja2.PackageLoader("lego.eval", "templates"), autoescape=True)
+    harness_head, harness_rows = harness_table(series, harnesses)
     html = env.get_template("train_report.html.jinja").render(
         title=f"lego training run: {run.resolve().name}", summary=summary, figures=figures,
         head=["metric", "points", "first", "last", "min", "max"], rows=rows,
+        harness_head=harness_head, harness_rows=harness_rows,
     )  # fmt: skip
     atomic_write_text(html_path, html)
     return html_path

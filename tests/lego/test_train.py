@@ -201,7 +201,7 @@ def test_lora_run_checkpoints_are_loadable_models(tasks: Path, tiny_model_dir: P
 
 
 def test_step_metrics_count_the_reward_and_who_failed() -> None:
-    from lego.conductor.loop import step_metrics
+    from lego.conductor.step_summary import step_metrics
     from lego.types import GradeResult, Trajectory
 
     resolved = GradeResult(reward=1.0, resolved=True)
