@@ -2,6 +2,12 @@
 no engine, no clock; the server calls :meth:`SessionRecorder.prepare` before a generation and
 :meth:`SessionRecorder.commit` after it succeeds (nothing changes if the generation fails).
 
+This module stays over 400 lines on purpose: :meth:`SessionRecorder.prepare` and
+:meth:`SessionRecorder.commit` are one state machine over a thread's snapshot, segment and
+boundaries (extend / retry / new segment), and its reasoning-history modes change both halves;
+split apart, neither half can be checked against the other. The thread records it works on live
+in :mod:`lego.proxies.threads`.
+
 The algorithm (DESIGN.md "Faithful rollouts", rules 1-5):
 
 * A session holds *threads*, keyed by the conversation's first messages (the system prompt) and
@@ -85,22 +91,29 @@ segment from a full rendering rather than guessing.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from lego.proxies.threads import (
+    OpenSegment,
+    Thread,
+    Turn,
+    first_user,
+    standing,
+    system_text,
+    thread_key,
+    tool_arguments,
+)
 from lego.types import DiscardedGeneration, Generation, MainThreadSpec, Segment, SideThread
 
+# Thread, standing and thread_key are defined in lego.proxies.threads and re-exported: they are
+# part of how a reader of the recorder inspects its decisions.
 __all__ = ["ChatTemplate", "PreparedCall", "ReasoningHistory", "SessionRecorder", "Thread", "standing", "thread_key"]
 
 Message = dict[str, Any]
 ReasoningHistory = Literal["template", "keep"]
 MAX_SIDE_THREADS = 32
 OPENING_CHARS = 200  # of a side thread's system prompt, exported so a reader can tell what it was
-_NAN = float("nan")
 
 
 class ChatTemplate(Protocol):
@@ -121,157 +134,6 @@ class ChatTemplate(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, ids: list[int]) -> str: ...
-
-
-def _system_content(messages: list[Message]) -> Any:
-    """The content of the leading system (or developer) message; None if the conversation has none."""
-    if messages and messages[0].get("role") in ("system", "developer"):
-        return messages[0].get("content")
-    return None
-
-
-def _system_text(messages: list[Message]) -> str:
-    c = _system_content(messages)
-    return "" if c is None else c if isinstance(c, str) else json.dumps(c, sort_keys=True)
-
-
-def _first_user(messages: list[Message]) -> str:
-    for m in messages:
-        if m.get("role") == "user":
-            c = m.get("content")
-            return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
-    return ""
-
-
-def _plain_system(messages: list[Message]) -> str:
-    """The system prompt as text (content parts joined), for matching a declaration against it."""
-    c = _system_content(messages)
-    if isinstance(c, list):
-        return "\n".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
-    return c if isinstance(c, str) else ""
-
-
-def _arguments(call: dict[str, Any]) -> Any:
-    """A tool call's (name, arguments) with JSON-string arguments decoded, as templates see them."""
-    fn = call.get("function") or {}
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            pass  # rendering refuses it later, with the message's index
-    return fn.get("name"), args
-
-
-def _tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
-    return {str((t.get("function") or t).get("name")) for t in tools or []}
-
-
-def standing(messages: list[Message], tools: list[dict[str, Any]] | None, spec: MainThreadSpec | None = None) -> int:
-    """How strongly a thread's opening request looks like the harness's own (see the module docstring).
-
-    With a declaration ``spec``: 1 if the request fits it, else 0 (only fitting threads can be main).
-    Without: 2 for tools plus 1 for a system prompt (0-3).
-    """
-    if spec is not None:
-        fits_system = spec.system_contains is None or spec.system_contains in _plain_system(messages)
-        return int(fits_system and spec.tool_names <= _tool_names(tools))
-    return 2 * bool(tools) + bool(_system_text(messages))
-
-
-def thread_key(messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
-    """The identity of a conversation thread: its system prompt and its tools schema.
-
-    A subagent or a title generator runs with another system prompt or another tool set; a
-    compaction of the main thread keeps both (and becomes a new segment of the same thread).
-    """
-    blob = json.dumps([_system_text(messages), tools or []], sort_keys=True, ensure_ascii=False)
-    return hashlib.sha1(blob.encode()).hexdigest()[:16]
-
-
-@dataclass
-class _Turn:
-    """An assistant message the proxy produced, as it returned it."""
-
-    message: Message
-    tool_call_ids: tuple[str, ...]
-    content: str
-
-
-@dataclass
-class _Seg:
-    """The open segment of a thread as flat parallel arrays (``prompt_len``: where sampling began).
-
-    ``ids`` is a list (prompts are built from it by a pointer copy); mask, logprobs and versions
-    are compact arrays the garbage collector never walks. ``None`` logprobs / versions of context
-    tokens are stored as NaN / -1.
-    """
-
-    ids: list[int] = field(default_factory=list)
-    mask: bytearray = field(default_factory=bytearray)
-    logprobs: array[float] = field(default_factory=lambda: array("d"))
-    versions: array[int] = field(default_factory=lambda: array("q"))
-    prompt_len: int | None = None
-    bounds: dict[int, tuple[int, int]] = field(default_factory=dict)  # message count -> (tokens, text chars)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def prefix(self, n: int | None = None) -> list[int]:
-        """The first ``n`` token ids (all by default) as a new list."""
-        return self.ids[:] if n is None else self.ids[:n]
-
-    def extend_context(self, ids: list[int]) -> None:
-        n = len(ids)
-        self.ids.extend(ids)
-        self.mask.extend(bytes(n))
-        self.logprobs.extend(array("d", [_NAN]) * n)
-        self.versions.extend(array("q", [-1]) * n)
-
-    def extend_sampled(self, ids: list[int], logprobs: list[float], version: int) -> None:
-        n = len(ids)
-        self.ids.extend(ids)
-        self.mask.extend(b"\x01" * n)
-        self.logprobs.extend(logprobs)
-        self.versions.extend(array("q", [version]) * n)
-
-    def truncate(self, n: int) -> None:
-        for arr in (self.ids, self.mask, self.logprobs, self.versions):
-            del arr[n:]
-        if self.prompt_len is not None and self.prompt_len >= n:
-            self.prompt_len = None
-
-    def export(self) -> Segment | None:
-        if self.prompt_len is None:
-            return None
-        p = self.prompt_len
-        return Segment(
-            prompt_ids=self.ids[:p],
-            response_ids=self.ids[p:],
-            response_mask=list(self.mask[p:]),
-            response_logprobs=[None if math.isnan(x) else x for x in self.logprobs[p:]],
-            response_versions=[None if v < 0 else v for v in self.versions[p:]],
-        )
-
-
-@dataclass
-class Thread:
-    """One conversation thread of a session (see the module docstring)."""
-
-    key: str
-    messages: list[Message] = field(default_factory=list)
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
-    text: str = ""
-    generated: dict[int, _Turn] = field(default_factory=dict)
-    seg: _Seg = field(default_factory=_Seg)
-    sealed: list[Segment] = field(default_factory=list)
-    gen_text: str | None = None  # the template's generation prompt for this thread's tools
-    last_gen: tuple[int, int, int] | None = None  # (message index, first sampled token, end of sampled tokens)
-    generations: int = 0
-    order: int = 0
-    opening: tuple[str, str] = ("", "")  # (system prompt, first user message) of the current segment
-    standing: int = 0  # fixed by the request that opened the thread (see :func:`standing`)
 
 
 @dataclass
@@ -390,7 +252,7 @@ class SessionRecorder:
         key = thread_key(messages, tools)
         if key in self.threads:
             return key
-        opening = (_system_text(messages), _first_user(messages))
+        opening = (system_text(messages), first_user(messages))
         for th in self.threads.values():
             if th.opening == opening:
                 return th.key
@@ -452,8 +314,8 @@ class SessionRecorder:
                 return False
             if (mine.get("reasoning_content") or "") != (theirs.get("reasoning_content") or ""):
                 return False
-            mine_args = [_arguments(c) for c in mine.get("tool_calls") or []]
-            if mine_args != [_arguments(c) for c in theirs.get("tool_calls") or []]:
+            mine_args = [tool_arguments(c) for c in mine.get("tool_calls") or []]
+            if mine_args != [tool_arguments(c) for c in theirs.get("tool_calls") or []]:
                 return False
         return True
 
@@ -579,7 +441,7 @@ class SessionRecorder:
                 if self.reasoning_history == "template":
                     self.counters["reasoning_seals"] += 1
                 self.counters["reprefill_tokens"] += call.context_len
-            seg = th.seg = _Seg(bounds=dict(call.kept_bounds))
+            seg = th.seg = OpenSegment(bounds=dict(call.kept_bounds))
         elif len(seg) != call.keep:
             raise RuntimeError("segment changed between prepare and commit; calls on one thread must be serialized")
         seg.extend_context(call.prompt_ids[len(seg) : call.context_len])
@@ -601,12 +463,12 @@ class SessionRecorder:
         th.gen_text = call.gen_text
         text_s = text_m + asst_text
         th.messages = snapshot
-        th.opening = (_system_text(snapshot), _first_user(snapshot))
+        th.opening = (system_text(snapshot), first_user(snapshot))
         th.tools = call.tools
         th.template_kwargs = call.template_kwargs
         th.text = text_s
         th.generated = {i: t for i, t in th.generated.items() if i < call.matched}
-        th.generated[len(call.messages)] = _Turn(
+        th.generated[len(call.messages)] = Turn(
             message=assistant,
             tool_call_ids=tuple(str(c.get("id")) for c in assistant.get("tool_calls") or []),
             content=str(assistant.get("content") or ""),
@@ -678,11 +540,11 @@ class SessionRecorder:
             if th is main:
                 continue
             cur = th.seg.export()
-            system, first_user = _system_text(th.messages), _first_user(th.messages)
+            system, user = system_text(th.messages), first_user(th.messages)
             out.append(
                 SideThread(
                     thread_id=th.key,
-                    opening=(system or first_user)[:OPENING_CHARS],
+                    opening=(system or user)[:OPENING_CHARS],
                     has_tools=bool(th.tools),
                     generations=th.generations,
                     segments=[*th.sealed, *([cur] if cur is not None else [])],

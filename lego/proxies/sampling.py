@@ -1,0 +1,75 @@
+"""What the proxy decides around a generation: its sampling parameters and where its reply ends.
+
+Both cuts here keep a *prefix* of what was sampled, so the recorded ids and logprobs stay exactly
+the engine's.
+"""
+
+from __future__ import annotations
+
+from lego.config import ProxyConfig
+from lego.errors import ContextOverflowError
+from lego.proxies.canonical import ChatFormatLike, ChatRequest
+from lego.proxies.sessions import Session
+from lego.types import Generation, SamplingParams
+
+__all__ = ["apply_stop", "sampling_params", "token_logprobs"]
+
+
+def sampling_params(
+    s: Session, req: ChatRequest, prompt_len: int, window: int, config: ProxyConfig, eos: list[int]
+) -> tuple[SamplingParams, dict[str, str]]:
+    """The call's sampling parameters and the headers that report an override.
+
+    ``max_tokens`` is fitted into the context ``window`` (no room at all: :class:`ContextOverflowError`)
+    and under ``config.max_tokens_cap``. A training session samples at the run's temperature with
+    top_p/top_k off, whatever the request asked: the trainer's importance ratios assume it."""
+    room = window - prompt_len
+    if room < 1:
+        raise ContextOverflowError(prompt_len, req.max_tokens or 1, window)
+    max_tokens = min(req.max_tokens or config.default_max_tokens, room)
+    if config.max_tokens_cap is not None:
+        max_tokens = min(max_tokens, config.max_tokens_cap)
+    headers: dict[str, str] = {}
+    if s.training:
+        temperature = float(s.temperature if s.temperature is not None else 1.0)
+        headers["x-lego-sampling-override"] = f"temperature={temperature};top_p=1.0;top_k=0"
+        params = SamplingParams(
+            temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+        )
+        return params, headers
+    temperature = 1.0 if req.temperature is None else float(req.temperature)
+    top_p = 1.0 if req.top_p is None else float(req.top_p)
+    top_k = req.top_k or 0
+    params = SamplingParams(
+        temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+    )
+    return params, headers
+
+
+def apply_stop(chat: ChatFormatLike, gen: Generation, stops: list[str]) -> tuple[Generation, str | None]:
+    """Cut at the first stop string: keep the longest token prefix whose text holds none."""
+    if not stops or not gen.token_ids:
+        return gen, None
+    text = chat.decode(gen.token_ids)
+    hits = [(text.find(st), st) for st in stops if st and st in text]
+    if not hits:
+        return gen, None
+    _, first = min(hits)
+    lo, hi = 0, len(gen.token_ids)  # the smallest n whose decoded prefix contains a stop string
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(st in chat.decode(gen.token_ids[: mid + 1]) for st in stops if st):
+            hi = mid
+        else:
+            lo = mid + 1
+    n = lo
+    cut = gen.model_copy(update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"})
+    return cut, first
+
+
+def token_logprobs(chat: ChatFormatLike, gen: Generation) -> list[tuple[str, float]]:
+    """(token text, logprob) of each sampled token, the final end-of-turn left out."""
+    ids, lps = gen.token_ids, gen.logprobs
+    if ids and ids[-1] in chat.eos_token_ids:
+        ids, lps = ids[:-1], lps[:-1]
+    return [(chat.decode([t]), float(lp)) for t, lp in zip(ids, lps, strict=True)]

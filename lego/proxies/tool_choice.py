@@ -1,0 +1,119 @@
+"""``tool_choice`` and ``parallel_tool_calls``, enforced by forcing the model's own call syntax.
+
+A forcing ``tool_choice`` makes the reply start with the opening of a tool call in the model's
+tool-call format (:func:`forced_prefix`); the forced text joins the prompt, so only the policy's
+continuation is sampled and recorded as its action. What the policy then wrote is checked
+(:func:`check_tool_choice`): never a 200 with the wrong tool or plain text. ``parallel_tool_calls
+= false`` ends the turn after its first complete call (:func:`end_after_first_call`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from lego.proxies.canonical import ChatFormatLike, ChatRequest, Message
+from lego.proxies.errors import ApiError
+from lego.proxies.sampling import apply_stop
+from lego.proxies.sessions import Session
+from lego.types import Generation
+
+__all__ = ["FORCEABLE", "check_tool_choice", "end_after_first_call", "forced_prefix"]
+
+_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
+FORCEABLE = ("hermes", "qwen3_coder")
+"""Tool-call formats whose call opening the proxy can force."""
+
+
+def forced_prefix(req: ChatRequest, fmt: str) -> tuple[str, str | None]:
+    """``(text the reply is forced to start with, the tool it must call)`` under tool-call format ``fmt``.
+
+    A named function (or "required" with one tool) forces the call's opening up to the
+    arguments; "required" with several tools forces the call opener and the policy picks the
+    tool. The wanted tool is ``""`` for "any declared tool", None when nothing is forced. An
+    assistant prefill is forced the same way. Anything else that would force a call is refused
+    with a 400."""
+    tc = req.tool_choice
+    if not req.parallel_tool_calls and req.tools and fmt not in FORCEABLE:
+        raise ApiError(
+            400,
+            f"parallel_tool_calls=false cannot be enforced for the {fmt!r} tool-call format (only {FORCEABLE})",
+            param="parallel_tool_calls",
+        )
+    if tc in (None, "auto", "none"):
+        return req.prefill, None
+    if fmt not in FORCEABLE:
+        raise ApiError(
+            400,
+            f"tool_choice {tc!r} cannot be enforced for the {fmt!r} tool-call format (only {FORCEABLE}); use 'auto'",
+            param="tool_choice",
+        )
+    names = [str(t["function"]["name"]) for t in req.tools]
+    if not names:
+        raise ApiError(400, f"tool_choice {tc!r} needs at least one tool in 'tools'", param="tool_choice")
+    if req.prefill:
+        raise ApiError(
+            400,
+            "tool_choice that forces a tool call cannot be combined with an assistant prefill",
+            param="tool_choice",
+        )
+    if tc == "required":
+        wanted = names[0] if len(names) == 1 else ""
+    elif isinstance(tc, dict) and tc.get("type") == "function":
+        fn = tc.get("function")
+        wanted = str((fn if isinstance(fn, dict) else tc).get("name") or "")
+        if wanted not in names:
+            raise ApiError(
+                400,
+                f"tool_choice names function {wanted!r}, which is not among the tools {names}",
+                param="tool_choice",
+            )
+    else:
+        raise ApiError(
+            400,
+            f"unsupported tool_choice {tc!r}; use 'auto', 'none', 'required' or a named function",
+            param="tool_choice",
+        )
+    coder = fmt == "qwen3_coder"
+    if not wanted:
+        return (_CALL_OPEN + "\n<function=") if coder else (_CALL_OPEN + '\n{"name": "'), ""
+    if coder:
+        return f"{_CALL_OPEN}\n<function={wanted}>\n", wanted
+    return _CALL_OPEN + '\n{"name": ' + json.dumps(wanted, ensure_ascii=False) + ', "arguments": ', wanted
+
+
+def check_tool_choice(s: Session, req: ChatRequest, message: Message, gen: Generation, wanted: str | None) -> None:
+    """Refuse (nothing recorded) a reply under a forcing tool_choice that holds no call of a
+    declared tool, or calls another than the named one: never a 200 with the wrong tool."""
+    names = {str(t["function"]["name"]) for t in req.tools}
+    called = [str(c["function"]["name"]) for c in message.get("tool_calls") or []]
+    if called and all(n in names and (not wanted or n == wanted) for n in called):
+        return
+    s.tool_choice_failures += 1
+    if gen.finish_reason == "length":
+        raise ApiError(
+            400,
+            f"the tool call that tool_choice forces was cut at max_tokens ({len(gen.token_ids)} tokens); "
+            "raise max_tokens",
+            param="max_tokens",
+        )
+    what = f"calls {called}" if called else "no parseable tool call"
+    raise ApiError(
+        502,
+        f"tool_choice {req.tool_choice!r} was forced, but the policy wrote {what}; "
+        f"the tools are {sorted(names)} (a new sample may succeed)",
+        "engine",
+        code="tool_choice_unsatisfied",
+        retry_after=1,
+    )
+
+
+def end_after_first_call(chat: ChatFormatLike, gen: Generation) -> Generation:
+    """Keep the sampled ids up to and including the token that closes the first tool call
+    (a prefix of what was sampled, so ids and logprobs stay exact): one call per turn."""
+    cut, hit = apply_stop(chat, gen, [_CALL_CLOSE])  # cut just before the closing token
+    if hit is None:
+        return gen
+    n = len(cut.token_ids) + 1
+    return gen.model_copy(
+        update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"}
+    )
