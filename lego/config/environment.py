@@ -117,6 +117,8 @@ HARNESS_OPTIONS: dict[str, type[BaseModel]] = {
     "opencode": OpenCodeOptions,
     "claude-code": ClaudeCodeOptions,
     "codex": CodexOptions,
+    "qwen-code": NoOptions,
+    "gemini-cli": NoOptions,
 }
 """Registered harness name -> the typed model of its adapter's constructor options (same names as the
 harness registry, :data:`lego.harnesses.base.HARNESSES`; a test keeps the two and the constructors in step)."""

@@ -51,6 +51,8 @@ HARNESSES = Registry(
         "opencode": "lego.harnesses.opencode:OpenCodeHarness",
         "claude-code": "lego.harnesses.claude_code:ClaudeCodeHarness",
         "codex": "lego.harnesses.codex:CodexHarness",
+        "qwen-code": "lego.harnesses.qwen_code:QwenCodeHarness",
+        "gemini-cli": "lego.harnesses.gemini_cli:GeminiCliHarness",
     },
 )
 """Harness name -> adapter class. A ``module:Class`` path works too."""

@@ -15,10 +15,12 @@ from lego.harnesses.aider import AiderHarness
 from lego.harnesses.base import HARNESSES, get_harness, result_from_exec
 from lego.harnesses.claude_code import ClaudeCodeHarness
 from lego.harnesses.codex import KEY_VAR, CodexHarness
+from lego.harnesses.gemini_cli import GeminiCliHarness
 from lego.harnesses.install import InstallSpec
 from lego.harnesses.mini_swe_agent import MiniSweAgentHarness
 from lego.harnesses.opencode import OpenCodeHarness
 from lego.harnesses.openhands import OpenHandsHarness
+from lego.harnesses.qwen_code import QwenCodeHarness
 from lego.seams import Harness
 from lego.types import Endpoint, ExecResult, HarnessLimits, Task
 
@@ -34,7 +36,17 @@ TASK = Task(instance_id="t1", repo="r", problem_statement="Fix the bug.", patch=
 
 
 def test_registry_has_every_harness_and_each_meets_the_protocol() -> None:
-    names = ["aider", "claude-code", "codex", "lego-agent", "mini-swe-agent", "opencode", "openhands"]
+    names = [
+        "aider",
+        "claude-code",
+        "codex",
+        "gemini-cli",
+        "lego-agent",
+        "mini-swe-agent",
+        "opencode",
+        "openhands",
+        "qwen-code",
+    ]
     assert HARNESSES.names() == names
     for name in names:
         harness = get_harness(name)
@@ -55,7 +67,7 @@ def test_harness_options_reach_the_constructor_and_bad_ones_name_the_valid_ones(
 
 def test_pinned_specs_install_under_the_data_dir(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LEGO_DATA_DIR", str(tmp_path))
-    for name in ("aider", "claude-code", "codex", "mini-swe-agent", "opencode", "openhands"):
+    for name in ("aider", "claude-code", "codex", "gemini-cli", "mini-swe-agent", "opencode", "openhands", "qwen-code"):
         spec = HARNESSES.resolve(name).install_spec
         assert isinstance(spec, InstallSpec) and spec.version and "^" not in spec.version
         assert spec.executable_path(name).is_relative_to(tmp_path / "harnesses" / name)
@@ -138,6 +150,35 @@ def test_codex_config_toml() -> None:
     }
     env = h.environment(EP, HOME)
     assert env[KEY_VAR] == "k-1" and env["CODEX_HOME"] == f"{HOME}/.codex"
+
+
+def test_qwen_code_env_settings_and_args() -> None:
+    h = QwenCodeHarness()
+    env = h.environment(EP, HOME)
+    assert env["OPENAI_BASE_URL"] == EP.base_url and env["OPENAI_API_KEY"] == "k-1" and env["OPENAI_MODEL"] == "pol"
+    assert env["QWEN_HOME"] == f"{HOME}/.qwen" and env["QWEN_TELEMETRY_ENABLED"] == "false"
+    settings = h.settings(EP)
+    assert settings["security"]["auth"]["selectedType"] == "openai" and settings["model"]["name"] == "pol"
+    assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False
+    assert settings["general"]["enableAutoUpdate"] is False
+    args = h.arguments(TASK, EP, max_turns=6)
+    assert args[-2:] == ["--prompt", "Fix the bug."] and {"--yolo", "openai"} <= set(args)
+    assert args[args.index("--max-session-turns") + 1] == "6"
+    assert result_from_exec(ExecResult(exit_code=53), {53: "max_turns"}).reason == "max_turns"
+
+
+def test_gemini_cli_env_settings_and_args() -> None:
+    h = GeminiCliHarness()
+    env = h.environment(EP, HOME)
+    # the Gemini client appends /v1beta/models/...: the session's root, like Anthropic's
+    assert env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:18080/s/abc" and env["GEMINI_API_KEY"] == "k-1"
+    assert env["GEMINI_CLI_HOME"] == HOME and env["GEMINI_TELEMETRY_ENABLED"] == "false"
+    settings = h.settings(EP, max_turns=4)
+    assert settings["security"]["auth"]["selectedType"] == "gateway"
+    assert settings["model"] == {"name": "pol", "maxSessionTurns": 4}
+    assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False
+    args = h.arguments(TASK, EP)
+    assert args[-2:] == ["--prompt", "Fix the bug."] and "--yolo" in args
 
 
 def test_openhands_env_and_binds() -> None:

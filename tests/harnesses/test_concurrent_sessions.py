@@ -25,7 +25,16 @@ from lego.types import Task, Trajectory
 pytestmark = [pytest.mark.harness, pytest.mark.slow]
 
 CONCURRENCY = 8
-HARNESS_NAMES = ["lego-agent", "mini-swe-agent", "aider", "opencode", "claude-code", "codex"]
+HARNESS_NAMES = [
+    "lego-agent",
+    "mini-swe-agent",
+    "aider",
+    "opencode",
+    "claude-code",
+    "codex",
+    "qwen-code",
+    "gemini-cli",
+]
 
 
 @pytest.fixture(scope="module")

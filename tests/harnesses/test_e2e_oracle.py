@@ -33,6 +33,8 @@ HARNESS_NAMES = [
     "opencode",
     "claude-code",
     "codex",
+    "qwen-code",
+    "gemini-cli",
 ]
 
 
