@@ -4,11 +4,12 @@ Gemini CLI speaks the Gemini API (``/v1beta/models/{model}:streamGenerateContent
 own tools (``run_shell_command``, ``read_file``, ``replace``, ``write_file``, ...) as
 ``functionCall`` parts. It is pointed at the proxy by its own settings: ``GOOGLE_GEMINI_BASE_URL`` =
 the session's root URL (the client appends ``/v1beta/...``; an http URL is accepted for a local
-host), which selects its ``gateway`` auth type, and ``GEMINI_API_KEY`` = the session token, sent as
-``x-goog-api-key``. ``GEMINI_CLI_HOME`` is the sandbox's private home, where ``.gemini/settings.json``
-turns off usage statistics, telemetry, auto-update, checkpointing and folder trust and carries the
-turn limit (``model.maxSessionTurns``; Gemini CLI exits 53 when it is reached). ``--yolo`` approves
-every tool call, which is right because our sandbox isolates it.
+host) and ``GEMINI_API_KEY`` = the session token, sent as ``x-goog-api-key``, under the
+``gemini-api-key`` auth type (headless runs refuse the ``gateway`` type the base URL alone would
+pick). ``GEMINI_CLI_HOME`` is the sandbox's private home, where ``.gemini/settings.json`` turns off
+usage statistics, telemetry, auto-update, checkpointing and folder trust and carries the turn limit
+(``model.maxSessionTurns``; Gemini CLI exits 53 when it is reached). ``--yolo`` approves every tool
+call, which is right because our sandbox isolates it.
 """
 
 from __future__ import annotations
@@ -31,14 +32,11 @@ class GeminiCliHarness(InstalledHarness):
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         kind="npm", package="@google/gemini-cli", version="0.61.0", executable="npm/node_modules/.bin/gemini"
     )
-    # Node's fetch parses HTTP with WebAssembly, whose memory reserves ~10 GB of address space:
-    # under the default RLIMIT_AS every model call fails with "fetch failed"
-    min_memory_mb: int = 16384
 
     def settings(self, endpoint: Endpoint, max_turns: int) -> dict[str, Any]:
         """``$GEMINI_CLI_HOME/.gemini/settings.json``: the proxy's model, nothing reported or updated."""
         return {
-            "security": {"auth": {"selectedType": "gateway"}, "folderTrust": {"enabled": False}},
+            "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
             "model": {"name": endpoint.model, "maxSessionTurns": max_turns},
             "general": {
                 "enableAutoUpdate": False,
@@ -58,6 +56,9 @@ class GeminiCliHarness(InstalledHarness):
             "GEMINI_MODEL": endpoint.model,
             "GEMINI_TELEMETRY_ENABLED": "false",
             "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            # Node compiles WebAssembly (its fetch's HTTP parser, tree-sitter) with ~10 GB address-space
+            # reservations, which fail under the sandbox's RLIMIT_AS; inline bounds checks need none
+            "NODE_OPTIONS": "--disable-wasm-trap-handler",
             "NO_COLOR": "1",
         }
 

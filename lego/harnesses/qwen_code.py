@@ -30,9 +30,6 @@ class QwenCodeHarness(InstalledHarness):
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         kind="npm", package="@qwen-code/qwen-code", version="0.24.4", executable="npm/node_modules/.bin/qwen"
     )
-    # Reserves more address space than it uses: under a 16 GB RLIMIT_AS every model call fails with
-    # "fetch failed" before a byte is sent; 24 GB runs
-    min_memory_mb: int = 24576
 
     def settings(self, endpoint: Endpoint) -> dict[str, Any]:
         """``$QWEN_HOME/settings.json``: the proxy's model selected, nothing reported or updated."""
@@ -54,6 +51,9 @@ class QwenCodeHarness(InstalledHarness):
             "QWEN_USAGE_STATISTICS_ENABLED": "false",
             "QWEN_TELEMETRY_ENABLED": "false",
             "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+            # Node compiles WebAssembly (its fetch's HTTP parser, tree-sitter) with ~10 GB address-space
+            # reservations, which fail under the sandbox's RLIMIT_AS; inline bounds checks need none
+            "NODE_OPTIONS": "--disable-wasm-trap-handler",
             "NO_COLOR": "1",
         }
 

@@ -174,7 +174,7 @@ def test_gemini_cli_env_settings_and_args() -> None:
     assert env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:18080/s/abc" and env["GEMINI_API_KEY"] == "k-1"
     assert env["GEMINI_CLI_HOME"] == HOME and env["GEMINI_TELEMETRY_ENABLED"] == "false"
     settings = h.settings(EP, max_turns=4)
-    assert settings["security"]["auth"]["selectedType"] == "gateway"
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
     assert settings["model"] == {"name": "pol", "maxSessionTurns": 4}
     assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False
     args = h.arguments(TASK, EP)
