@@ -13,8 +13,7 @@ segment + its advantage + which episode and harness it came from):
 2. **fidelity**: compare π_old with the engine's recorded logprobs over mask-1 tokens of the whole
    batch (:mod:`lego.algos.fidelity`); the gate is checked after the backward passes and *before*
    clipping and the optimizer step: when it trips the gradients are dropped and
-   :class:`FidelityError` is raised with the weights untouched;
-3. **update**: gradient clipping, AdamW.
+   :class:`FidelityError` is raised with the weights untouched; 3. **update**: gradient clipping, AdamW.
 
 With an explicit ``old_logprobs`` (a further update against an older π_old) a no-grad pass over
 the batch first gives log πθ's value for GSPO's episode-pooled ratio Δ, which the loss needs before
