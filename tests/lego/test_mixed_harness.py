@@ -47,7 +47,9 @@ def test_each_step_spreads_its_tasks_over_the_weighted_harnesses() -> None:
 
 
 # Claude Code's system prompt and tools are ~30k tokens of this tokenizer: on a 2-core CPU each step's
-# forward/backward over its two segments takes minutes (one step measured 664 s on a loaded host).
+# forward/backward over its two segments takes minutes (one step measured 664 s on a loaded host), so
+# this run is kept out of the default suite like OpenHands: `pytest -m slow_harness tests/lego/test_mixed_harness.py`.
+@pytest.mark.slow_harness
 @pytest.mark.timeout(2400)
 def test_a_mixed_run_reports_every_harness_each_step(tiny_model_dir: Path, tmp_path: Path) -> None:
     missing = [h for h in HARNESSES if h != "lego-agent" and installed(h) is None]

@@ -114,10 +114,10 @@ class _UnixHTTP(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 def run_bench(n: int = 20, task_id: str | None = None) -> dict[str, object]:
     """Measure everything (see module doc) and return the JSON-able report."""
-    from lego.sandboxes.templates import pristine_template
     from lego.sandboxes.factory import create_sandbox
     from lego.sandboxes.grading import grade
     from lego.sandboxes.runtime import python_runtime
+    from lego.sandboxes.templates import pristine_template
 
     cfg = SandboxConfig()
     with tempfile.TemporaryDirectory(prefix="lego-bench-") as tmp_name:
