@@ -36,9 +36,10 @@ def cut_turns(traj: Trajectory, budget: int) -> int:
 
 def _turn_budget(cfg: LegoConfig, harness: str) -> int:
     """The completion budget a turn of ``harness`` gets: lego-agent asks for its own; others get the proxy's."""
+    from lego.config import LegoAgentOptions
+
     opts = cfg.harness.options.get(harness)
-    asked = getattr(opts, "max_tokens", None)
-    budget = int(asked) if asked else cfg.proxy.default_max_tokens
+    budget = opts.max_tokens if isinstance(opts, LegoAgentOptions) else cfg.proxy.default_max_tokens
     return min(budget, cfg.proxy.max_tokens_cap) if cfg.proxy.max_tokens_cap else budget
 
 
