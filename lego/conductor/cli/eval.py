@@ -294,7 +294,8 @@ def eval_group(
     if cfg.engine.kind == "oracle":
         raise ConfigError("engine.kind='oracle' is a policy here: pass --policy oracle and engine.kind=transformers")
     specs = parse_policies(policies, bases)
-    check_policy_paths(specs, cfg.engine.kind)
+    if sample_fn == DEFAULT_SAMPLE_FN:  # a custom sample function decides itself what a policy's model names
+        check_policy_paths(specs, cfg.engine.kind)
     source = ev.tasks or f"{cfg.tasks.source}:{cfg.tasks.eval_split}"
     tasks = load_tasks(source, ev.limit)
     spec = EvalSpec(
