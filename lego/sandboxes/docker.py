@@ -98,7 +98,7 @@ from lego.sandboxes.docker_engine import (
 from lego.sandboxes.docker_scripts import AS_AGENT, GIT_ENV, KEEPER, KILL_ALL, STRIP, STRIP_CHECK, WRAPPER, diff_script
 from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR
 from lego.sandboxes.local_diff import DIFF_OUTPUT_CAP
-from lego.sandboxes.processes import OUTPUT_CAP
+from lego.sandboxes.processes import OUTPUT_CAP, agent_env
 from lego.sandboxes.runtime import python_runtime
 from lego.sandboxes.templates import pristine_template, sandbox_id, template_info
 from lego.types import ExecResult, Task
@@ -257,18 +257,7 @@ class DockerSandbox:
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment every command starts from (``extra`` wins)."""
-        base = {
-            "PATH": f"{self._image_path}:{self.runtime.bin_dir}",
-            "HOME": AGENT_HOME,
-            "USER": "agent",
-            "LOGNAME": "agent",
-            "LANG": "C.UTF-8",
-            "TMPDIR": "/tmp",
-            "TERM": "dumb",
-        }
-        if self.proxy_port is not None:
-            base["LEGO_PROXY_URL"] = f"http://127.0.0.1:{self.proxy_port}"
-        return {**base, **(extra or {})}
+        return agent_env(f"{self._image_path}:{self.runtime.bin_dir}", AGENT_HOME, self.proxy_port, extra)
 
     def run_bytes(
         self,

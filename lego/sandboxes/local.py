@@ -77,6 +77,7 @@ from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR, bwrap_availab
 from lego.sandboxes.local_diff import DIFF_FILE_CAP, host_diff
 from lego.sandboxes.local_start import HostProcesses, copy_owned, mount_root, workdir
 from lego.sandboxes.privilege import HostIdentity
+from lego.sandboxes.processes import agent_env
 from lego.sandboxes.runtime import python_runtime
 from lego.sandboxes.templates import pristine_template, sandbox_id, template_info
 from lego.types import ExecResult, Task
@@ -152,18 +153,8 @@ class LocalSandbox:
         if not self.isolated:
             home = str(self.host_dir / "home")
             Path(home).mkdir(exist_ok=True)
-        base = {
-            "PATH": f"{self.runtime.bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-            "HOME": home,
-            "USER": "agent",
-            "LOGNAME": "agent",
-            "LANG": "C.UTF-8",
-            "TMPDIR": "/tmp",
-            "TERM": "dumb",
-        }
-        if self.proxy_port is not None:
-            base["LEGO_PROXY_URL"] = f"http://127.0.0.1:{self.proxy_port}"
-        return {**base, **(extra or {})}
+        path = f"{self.runtime.bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+        return agent_env(path, home, self.proxy_port, extra)
 
     def run_bytes(
         self,

@@ -10,9 +10,16 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["OUTPUT_CAP", "OutputCollector", "descendants", "kill_tree"]
+__all__ = [
+    "OUTPUT_CAP",
+    "OutputCollector",
+    "agent_env",
+    "descendants",
+    "kill_tree",
+]
 
 
 def descendants(pid: int) -> list[int]:
@@ -100,3 +107,19 @@ class OutputCollector:
             with contextlib.suppress(OSError):
                 os.close(fd)
         return bytes(self.bufs[self._out]), bytes(self.bufs[self._err])
+
+
+def agent_env(path: str, home: str, proxy_port: int | None, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment every agent command starts from, whichever backend runs it (``extra`` wins)."""
+    base = {
+        "PATH": path,
+        "HOME": home,
+        "USER": "agent",
+        "LOGNAME": "agent",
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "TERM": "dumb",
+    }
+    if proxy_port is not None:
+        base["LEGO_PROXY_URL"] = f"http://127.0.0.1:{proxy_port}"
+    return {**base, **(extra or {})}
