@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner, slug
+from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy, slug
 from lego.config import LegoConfig, validate_config
 from lego.types import Task
 
@@ -35,7 +35,7 @@ def oracle_config(cfg: LegoConfig) -> LegoConfig:
 def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path, cfg: LegoConfig) -> Callable[[Any], Any]:
     """The production ``run_sample`` of ``lego eval`` (an :class:`lego.eval.runner.SampleFnFactory`).
 
-    One :class:`Policy` per policy of the spec, started on first use and shared by its samples, with
+    One :class:`ServedPolicy` per policy of the spec, started on first use and shared by its samples, with
     ``cfg``'s engine, proxy, sandbox, harness and guard settings (the policy's model and the spec's
     engine kind replace ``cfg.engine``'s); every sample runs with the sampling override at
     ``spec.temperature`` and seed ``key.seed``, and its full trajectory is saved next to the sample file.
@@ -52,7 +52,7 @@ def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path, cfg: Leg
             kind = "oracle" if model == "oracle" else engine_kind
             ecfg = cfg.engine.model_copy(update={"kind": kind, "model": "default" if model == "oracle" else model})
             run_cfg = oracle_config(cfg) if kind == "oracle" else cfg
-            policies[name] = RolloutRunner(run_cfg, Policy.start(ecfg, cfg.proxy, name=name))
+            policies[name] = RolloutRunner(run_cfg, ServedPolicy.start(ecfg, cfg.proxy, name=name))
         return policies[name]
 
     lock = threading.Lock()

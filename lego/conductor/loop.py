@@ -34,7 +34,6 @@ fidelity down per harness (:mod:`lego.conductor.step_summary`).
 
 from __future__ import annotations
 
-import hashlib
 import random
 import shutil
 import threading
@@ -51,8 +50,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lego.algos import group_advantages
 from lego.conductor.checkpoint import restore_checkpoint, save_checkpoint
-from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
-from lego.conductor.run_dir import RunDir, prepare_run, prune_checkpoints, reconcile_metrics
+from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
+from lego.conductor.run_dir import RunDir, open_run_dir, prune_checkpoints, reconcile_metrics
+from lego.conductor.step_plan import sample_seed, step_harnesses, step_tasks, trained_harness
 from lego.conductor.step_summary import step_metrics, summary_line
 from lego.conductor.trainer import Trainer, items_from_trajectories
 from lego.conductor.weight_sync import WeightSync, build_weight_sync
@@ -61,7 +61,7 @@ from lego.errors import ConfigError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text
 from lego.types import StepMetrics, Task, Trajectory
 
-__all__ = ["TrainingInterrupted", "step_harnesses", "train", "trained_harness", "validate"]
+__all__ = ["TrainingInterrupted", "train", "validate"]
 
 CLOSE_WAIT_S = 5.0
 """On Ctrl-C, how long to wait for the proxy and engine to close before leaving them to the process exit."""
@@ -74,57 +74,6 @@ class TrainingInterrupted(Exception):
         super().__init__(f"interrupted; saved step {saved_step} in {run_dir}")
         self.run_dir = run_dir
         self.saved_step = saved_step
-
-
-def _seed(*parts: object) -> int:
-    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:4], "little")
-
-
-def _step_tasks(tasks: Sequence[Task], step: int, per_step: int, seed: int) -> list[Task]:
-    """Tasks of ``step``: epochs walk a seeded permutation, so every task comes up and resume repeats the same."""
-    out = []
-    for i in range(step * per_step, (step + 1) * per_step):
-        epoch, pos = divmod(i, len(tasks))
-        order = list(range(len(tasks)))
-        random.Random(_seed(seed, "epoch", epoch)).shuffle(order)
-        out.append(tasks[order[pos]])
-    return out
-
-
-def step_harnesses(tasks: Sequence[Task], cfg: LegoConfig, step: int) -> list[str]:
-    """The harness of each task of ``step``; a task's G rollouts share it (advantages are per group).
-
-    Task metadata (``harness``) wins. The other tasks are split over ``harness.weights`` as evenly
-    as the step's B allows (largest remainder, ties and order drawn from a per-step seed), so every
-    step of a mixed run trains on each harness its weights give a whole task; without weights,
-    ``harness.name``. Seeded by step: a resumed run repeats the same assignment."""
-    out = [t.metadata.get("harness") for t in tasks]
-    free = [i for i, h in enumerate(out) if not (isinstance(h, str) and h)]
-    weights = {n: w for n, w in sorted(cfg.harness.weights.items()) if w > 0}
-    if not weights:
-        for i in free:
-            out[i] = cfg.harness.name
-        return [str(h) for h in out]
-    rng = random.Random(_seed(cfg.training.seed, "harness", step))
-    total = sum(weights.values())
-    quota = {n: len(free) * w / total for n, w in weights.items()}
-    counts = {n: int(q) for n, q in quota.items()}
-    by_remainder = sorted(weights, key=lambda n: (-(quota[n] - counts[n]), rng.random()))
-    for n in by_remainder[: len(free) - sum(counts.values())]:
-        counts[n] += 1
-    pool = [n for n in weights for _ in range(counts[n])]
-    rng.shuffle(pool)
-    for i, h in zip(free, pool, strict=True):
-        out[i] = h
-    return [str(h) for h in out]
-
-
-def trained_harness(cfg: LegoConfig) -> str:
-    """What ``lego_meta.json`` records as the harness a checkpoint was trained in: ``harness.name``,
-    or the weighted harnesses joined by ``+`` for a mixed run (the eval's transfer matrix marks none
-    of its columns as the training harness then)."""
-    mixed = sorted(n for n, w in cfg.harness.weights.items() if w > 0)
-    return "+".join(mixed) if len(mixed) > 1 else (mixed[0] if mixed else cfg.harness.name)
 
 
 def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[Task], Callable[[Task], Task]]:
@@ -173,7 +122,7 @@ def _rollouts(
             opts = RolloutOptions(
                 override_sampling=cfg.training.sampling_override,
                 temperature=cfg.algorithm.temperature,
-                seed=_seed(cfg.training.seed, step, ti, k),
+                seed=sample_seed(cfg.training.seed, step, ti, k),
                 max_turns=cfg.harness.max_turns,
                 timeout_s=cfg.harness.timeout_s,
             )
@@ -290,7 +239,7 @@ def train(
 ) -> RunDir:
     """Run (or resume) the RL loop described by ``cfg``; returns the run directory."""
     console = console or Console()
-    run, ckpt = prepare_run(cfg, resume)
+    run, ckpt = open_run_dir(cfg, resume)
     t_setup = time.monotonic()
     try:
         with _status(console, "loading the policy, the trainer and the tasks"):
@@ -301,10 +250,10 @@ def train(
                 extra = restore_checkpoint(trainer, ckpt)
                 last_line = extra.get("metrics")
             reconcile_metrics(run, trainer.step_count, last_line)
-            policy = Policy.start(cfg.engine, cfg.proxy, name="policy")
+            policy = ServedPolicy.start(cfg.engine, cfg.proxy, name="policy")
     except BaseException:
         # A run that never started (the model refused, the tasks missing) leaves no directory that
-        # `--resume` would then mistake for a run: only what _prepare_run wrote is removed.
+        # `--resume` would then mistake for a run: only what open_run_dir wrote is removed.
         if ckpt is None and {p.name for p in run.root.iterdir()} <= {"config.toml", "metrics.jsonl"}:
             shutil.rmtree(run.root, ignore_errors=True)
         raise
@@ -336,7 +285,7 @@ def train(
             t0 = time.monotonic()
             step_dir = run.trajectories(step + 1)
             shutil.rmtree(step_dir, ignore_errors=True)  # a step killed midway is redone from scratch
-            picked = _step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
+            picked = step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
             ready_tasks = [prepare(t) for t in picked]
             in_rollouts = True
             trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console))

@@ -4,7 +4,7 @@ A rollout = a fresh sandbox of the task + a proxy session + the harness's own pr
 that session → the agent's diff graded against the hidden tests in another fresh sandbox →
 guards → a :class:`~lego.types.Trajectory` holding the token-exact segments the proxy recorded.
 
-    policy = Policy.start(cfg.engine, cfg.proxy, run_dir)      # engine + chat format + proxy server
+    policy = ServedPolicy.start(cfg.engine, cfg.proxy, run_dir)      # engine + chat format + proxy server
     runner = RolloutRunner(cfg, policy)
     traj = runner.run(task, "lego-agent", RolloutOptions(override_sampling=True, temperature=1.0, seed=7))
 
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from lego.conductor.drive import DriveOutcome, RolloutOptions, describe_error, drive_and_grade
-from lego.conductor.served_policy import Policy
+from lego.conductor.served_policy import ServedPolicy
 from lego.conductor.verdict import attribute, zeroing_reasons
 from lego.config import LegoConfig
 from lego.harnesses.base import get_harness
@@ -41,14 +41,14 @@ from lego.sandboxes.guards import agent_texts, guard_flags
 from lego.seams import Harness
 from lego.types import Task, TerminationLabel, Trajectory
 
-# DriveOutcome, RolloutOptions, drive_and_grade and Policy are named here too: a rollout's callers
+# DriveOutcome, RolloutOptions, drive_and_grade and ServedPolicy are named here too: a rollout's callers
 # (the loop, the Ray backend, the CLI) get everything one rollout takes from this one module.
 __all__ = [
     "SIDE_CALLS_PER_TURN",
     "DriveOutcome",
-    "Policy",
     "RolloutOptions",
     "RolloutRunner",
+    "ServedPolicy",
     "crashed_trajectory",
     "drive_and_grade",
     "final_label",
@@ -68,7 +68,7 @@ SIDE_CALLS_PER_TURN = 4
 class RolloutRunner:
     """Runs rollouts of one policy; thread-safe (each rollout has its own session and sandbox)."""
 
-    def __init__(self, cfg: LegoConfig, policy: Policy) -> None:
+    def __init__(self, cfg: LegoConfig, policy: ServedPolicy) -> None:
         self.cfg = cfg
         self.policy = policy
         self._harnesses: dict[str, Harness] = {}

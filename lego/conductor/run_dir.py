@@ -23,7 +23,7 @@ from lego.config import LegoConfig, validate_config
 from lego.errors import ConfigError
 from lego.io import atomic_write_text, read_jsonl
 
-__all__ = ["KEEP_CHECKPOINTS", "RunDir", "prepare_run", "prune_checkpoints", "reconcile_metrics"]
+__all__ = ["KEEP_CHECKPOINTS", "RunDir", "open_run_dir", "prune_checkpoints", "reconcile_metrics"]
 
 KEEP_CHECKPOINTS = 2
 
@@ -50,7 +50,7 @@ class RunDir:
         return self.metrics.exists() or (self.root / "checkpoints").exists()
 
 
-def prepare_run(cfg: LegoConfig, resume: bool) -> tuple[RunDir, Path | None]:
+def open_run_dir(cfg: LegoConfig, resume: bool) -> tuple[RunDir, Path | None]:
     """The run directory (created, with ``config.toml``) and, on resume, its latest checkpoint.
 
     A fresh run refuses a directory that already holds one; ``--resume`` refuses a directory that

@@ -18,11 +18,11 @@ from lego.engines.base import Engine
 from lego.models.chat import ChatFormat
 from lego.proxies.server import ProxyServer
 
-__all__ = ["Policy"]
+__all__ = ["ServedPolicy"]
 
 
 @dataclass
-class Policy:
+class ServedPolicy:
     """A served policy: its engine, its chat format and the recording proxy in front of it.
 
     The proxy's control face listens on a Unix socket in a private temp dir (the trainer's side:
@@ -38,7 +38,7 @@ class Policy:
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @classmethod
-    def start(cls, engine_cfg: EngineConfig, proxy_cfg: ProxyConfig, name: str = "policy") -> Policy:
+    def start(cls, engine_cfg: EngineConfig, proxy_cfg: ProxyConfig, name: str = "policy") -> ServedPolicy:
         """Build the engine named by ``engine_cfg`` (``lego.engines.build_engine``) and start a proxy."""
         from lego.models.tiny import resolve_model  # torch: imported here, so Ray workers (drive only) stay light
 

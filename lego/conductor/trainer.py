@@ -178,7 +178,7 @@ class Trainer:
 
     # ---- the update -----------------------------------------------------------------------------
 
-    def _weights(self, items: Sequence[TrainItem]) -> list[torch.Tensor]:
+    def _token_weights(self, items: Sequence[TrainItem]) -> list[torch.Tensor]:
         """Per-item token weights (length = response length) for the whole batch, episodes as units."""
         episodes = {e: i for i, e in enumerate(dict.fromkeys(it.episode_id for it in items))}
         r = max(max(len(it.segment.response_ids) for it in items), 1)
@@ -235,7 +235,7 @@ class Trainer:
             items = with_rollout_logprobs(items, rollout_logprobs)
         if old_logprobs is not None:
             check_old_logprobs(items, old_logprobs)
-        weights = self._weights(items)
+        weights = self._token_weights(items)
         chunks, n_real = self._rank_chunks(len(items))
         batches = [PaddedBatch([items[i] for i in c], self.device) for c in chunks]
         episodes = {e: i for i, e in enumerate(dict.fromkeys(it.episode_id for it in items))}

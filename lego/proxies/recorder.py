@@ -1,8 +1,8 @@
 """The segment recorder: turns a session's calls into token-exact training segments. Pure: no I/O,
-no engine, no clock; the server calls :meth:`SessionRecorder.prepare` before a generation and
+no engine, no clock; the server calls :meth:`SessionRecorder.render` before a generation and
 :meth:`SessionRecorder.commit` after it succeeds (nothing changes if the generation fails).
 
-This module stays over 400 lines on purpose: :meth:`SessionRecorder.prepare` and
+This module stays over 400 lines on purpose: :meth:`SessionRecorder.render` and
 :meth:`SessionRecorder.commit` are one state machine over a thread's snapshot, segment and
 boundaries (extend / retry / new segment), and its reasoning-history modes change both halves;
 split apart, neither half can be checked against the other. The thread records it works on live
@@ -108,7 +108,7 @@ from lego.types import DiscardedGeneration, Generation, MainThreadSpec, Segment,
 
 # Thread, standing and thread_key are defined in lego.proxies.threads and re-exported: they are
 # part of how a reader of the recorder inspects its decisions.
-__all__ = ["ChatTemplate", "PreparedCall", "ReasoningHistory", "SessionRecorder", "Thread", "standing", "thread_key"]
+__all__ = ["ChatTemplate", "ReasoningHistory", "RenderedCall", "SessionRecorder", "Thread", "standing", "thread_key"]
 
 Message = dict[str, Any]
 ReasoningHistory = Literal["template", "keep"]
@@ -137,8 +137,8 @@ class ChatTemplate(Protocol):
 
 
 @dataclass
-class PreparedCall:
-    """What :meth:`SessionRecorder.prepare` decided; handed back to :meth:`SessionRecorder.commit`."""
+class RenderedCall:
+    """What :meth:`SessionRecorder.render` decided; handed back to :meth:`SessionRecorder.commit`."""
 
     thread_key: str
     mode: Literal["extend", "retry", "new_segment"]
@@ -188,7 +188,7 @@ class SessionRecorder:
             "kept_reasoning_tokens": 0,
         }
         self._eot_text = template.decode([template.end_of_turn_id])
-        self._kwargs: dict[str, Any] = {}  # template kwargs of the call being prepared or committed
+        self._kwargs: dict[str, Any] = {}  # template kwargs of the call being rendered or committed
 
     # ------------------------------------------------------------------ threads
     def main_thread(self) -> Thread | None:
@@ -241,7 +241,7 @@ class SessionRecorder:
             k += 1
         return k
 
-    # ------------------------------------------------------------------ prepare / commit
+    # ------------------------------------------------------------------ render / commit
     def resolve_thread(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
         """The key of the thread a request belongs to.
 
@@ -258,12 +258,12 @@ class SessionRecorder:
                 return th.key
         return key
 
-    def prepare(
+    def render(
         self,
         messages: list[Message],
         tools: list[dict[str, Any]] | None = None,
         template_kwargs: dict[str, Any] | None = None,
-    ) -> PreparedCall:
+    ) -> RenderedCall:
         """Build the engine prompt for ``messages``; changes nothing (see :meth:`commit`)."""
         tools = list(tools or [])
         kwargs = dict(template_kwargs or {})
@@ -274,7 +274,7 @@ class SessionRecorder:
         if self.reasoning_history == "template" and not (
             self.template.prefix_stable and self._client_renders_ours(th, messages, k)
         ):
-            return self._prepare_full(th, messages, tools, k)
+            return self._render_full(th, messages, tools, k)
         # keep (or template where the client's turns render exactly as ours, with a prefix-stable
         # template: the same text, rendered in O(new messages)): matched assistant turns are
         # rendered as the proxy returned them (their tokens are spliced).
@@ -300,7 +300,7 @@ class SessionRecorder:
                 call.reason = "exact retry" if len(messages) == k else "last assistant replaced"
                 return call
 
-        return self._prepare_full(th, messages, tools, k)
+        return self._render_full(th, messages, tools, k)
 
     @staticmethod
     def _client_renders_ours(th: Thread, messages: list[Message], k: int) -> bool:
@@ -324,7 +324,7 @@ class SessionRecorder:
             messages, tools or None, add_generation_prompt=gen, template_kwargs=self._kwargs
         )
 
-    def _prepare_full(self, th: Thread, messages: list[Message], tools: list[dict[str, Any]], k: int) -> PreparedCall:
+    def _render_full(self, th: Thread, messages: list[Message], tools: list[dict[str, Any]], k: int) -> RenderedCall:
         """Render in full, splice from the longest known boundary, check the token prefix.
 
         ``template`` mode always comes here; ``keep`` mode when the call is not a plain extension.
@@ -387,12 +387,12 @@ class SessionRecorder:
         delta_text: str,
         kept: dict[int, tuple[int, int]],
         gen_text: str | None = None,
-    ) -> PreparedCall:
+    ) -> RenderedCall:
         """Package a decision; appends the generation prompt's ids to ``ctx`` in place (no copy)."""
         gen_text = (th.gen_text or "") if gen_text is None else gen_text
         context_len = len(ctx)
         ctx.extend(self.template.encode(gen_text))
-        return PreparedCall(
+        return RenderedCall(
             standing=th.standing if th.key in self.threads else standing(messages, tools, self.spec),
             thread_key=th.key,
             mode=mode,
@@ -409,7 +409,7 @@ class SessionRecorder:
             kept_bounds=kept,
         )
 
-    def commit(self, call: PreparedCall, gen: Generation, assistant: Message, parse_failures: int = 0) -> None:
+    def commit(self, call: RenderedCall, gen: Generation, assistant: Message, parse_failures: int = 0) -> None:
         """Record a successful generation and the assistant message returned to the client."""
         th = self.threads.get(call.thread_key)
         if th is None:
@@ -443,7 +443,7 @@ class SessionRecorder:
                 self.counters["reprefill_tokens"] += call.context_len
             seg = th.seg = OpenSegment(bounds=dict(call.kept_bounds))
         elif len(seg) != call.keep:
-            raise RuntimeError("segment changed between prepare and commit; calls on one thread must be serialized")
+            raise RuntimeError("segment changed between render and commit; calls on one thread must be serialized")
         seg.extend_context(call.prompt_ids[len(seg) : call.context_len])
         seg.bounds[len(call.messages)] = (call.context_len, call.text_keep + len(call.delta_text))
         seg.extend_context(call.prompt_ids[call.context_len :])

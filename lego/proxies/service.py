@@ -207,7 +207,7 @@ class ProxyService:
                     s.termination = "max_turns"
                     raise ApiError(400, f"this session reached its limit of {s.max_turns} turns", code="max_turns")
             try:
-                call = rec.prepare(
+                call = rec.render(
                     req.messages, req.tools, {**self.config.chat_template_kwargs, **req.chat_template_kwargs}
                 )
             except (ValueError, ChatFormatError) as exc:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
+from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.config import load_config
 from lego.harnesses.install import installed
 from lego.types import Task, Trajectory
@@ -64,7 +64,7 @@ def runner(tiny_model_dir: Path) -> Iterator[RolloutRunner]:
             "harness.options={lego-agent = {max_tokens = 4096}}",  # room for the oracle's whole patch
         ],
     )
-    policy = Policy.start(cfg.engine, cfg.proxy, name="oracle")
+    policy = ServedPolicy.start(cfg.engine, cfg.proxy, name="oracle")
     try:
         yield RolloutRunner(cfg, policy)
     finally:

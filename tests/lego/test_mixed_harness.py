@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lego.conductor.loop import step_harnesses, train
+from lego.conductor.loop import train
+from lego.conductor.step_plan import step_harnesses
 from lego.config import load_config
 from lego.eval.train_report import write_train_report
 from lego.harnesses.install import installed

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
+from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.config import load_config
 from lego.errors import ConfigError
 from lego.types import Task, Trajectory
@@ -55,7 +55,7 @@ def runner(tiny_model_dir: Path) -> Iterator[RolloutRunner]:
         "harness.options={lego-agent = {max_tokens = 1024}}",  # room for the oracle's whole patch
     ]
     cfg = load_config(None, overrides)
-    policy = Policy.start(cfg.engine, cfg.proxy, name="oracle")
+    policy = ServedPolicy.start(cfg.engine, cfg.proxy, name="oracle")
     try:
         yield RolloutRunner(cfg, policy)
     finally:

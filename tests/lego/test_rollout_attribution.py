@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
+from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.config import LegoConfig, SandboxConfig
 from lego.errors import EngineUnavailableError
 from lego.types import Generation, RequestContext, SamplingParams, Task, Trajectory
@@ -49,7 +49,7 @@ class DownableEngine(ScriptedEngine):
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model_dir: Path, chat_format: Any) -> Iterator[tuple[Policy, DownableEngine]]:
+def served(tiny_model_dir: Path, chat_format: Any) -> Iterator[tuple[ServedPolicy, DownableEngine]]:
     from lego.engines.transformers_engine import TransformersEngine
     from lego.proxies.server import ProxyServer
 
@@ -61,7 +61,7 @@ def served(tiny_model_dir: Path, chat_format: Any) -> Iterator[tuple[Policy, Dow
         proxy.start()
         try:
             yield (
-                Policy(name="scripted", engine=engine, chat=chat_format, proxy=proxy, model_path=tiny_model_dir),
+                ServedPolicy(name="scripted", engine=engine, chat=chat_format, proxy=proxy, model_path=tiny_model_dir),
                 engine,
             )  # type: ignore[arg-type]
         finally:
@@ -83,7 +83,7 @@ def _cfg(on_detect: str = "zero") -> LegoConfig:
 
 
 def _play(
-    served: tuple[Policy, DownableEngine], task: Task, *turns: str, on_detect: str = "zero", down: bool = False
+    served: tuple[ServedPolicy, DownableEngine], task: Task, *turns: str, on_detect: str = "zero", down: bool = False
 ) -> Trajectory:
     policy, engine = served
     engine.script = [*turns, SUBMIT]

@@ -29,7 +29,7 @@ TOOLS = [
 def _turn(
     rec: SessionRecorder, chat: Any, messages: list[dict[str, Any]], text: str, tools: Any = TOOLS, salt: str = ""
 ) -> tuple[Any, dict[str, Any]]:
-    call = rec.prepare(messages, tools)
+    call = rec.render(messages, tools)
     ids = chat.encode(text)
     gen = Generation(
         token_ids=ids,
@@ -70,12 +70,12 @@ def test_windowed_rendering_equals_the_templates_own_tokens(chat_format: Any) ->
     )
 
 
-def test_prepare_changes_nothing_until_commit(chat_format: Any) -> None:
+def test_render_changes_nothing_until_commit(chat_format: Any) -> None:
     rec = SessionRecorder(chat_format)
     messages = [{"role": "user", "content": "hi"}]
     _turn(rec, chat_format, messages, "hello<|im_end|>", tools=None)
     before = rec.segments()
-    rec.prepare([{"role": "user", "content": "something else entirely"}], None)  # a rewrite whose generation fails
+    rec.render([{"role": "user", "content": "something else entirely"}], None)  # a rewrite whose generation fails
     assert rec.segments() == before and rec.counters["rewrites"] == 0
 
 

@@ -36,7 +36,7 @@ backend; the one whose defence is the backend's (a daemon that outlives pytest, 
 
 This file builds the path once per module and backend: ``redteam`` (a :class:`~lego.conductor.rollout.Policy` around
 the scripted engine, served by the real proxy on a Unix socket in a private temp dir, exactly as
-``Policy.start`` serves one) and the calc ``task`` whose gold patch carries a unique marker.
+``ServedPolicy.start`` serves one) and the calc ``task`` whose gold patch carries a unique marker.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from typing import Any
 
 import pytest
 
-from lego.conductor.rollout import Policy
+from lego.conductor.rollout import ServedPolicy
 from lego.config import LegoConfig
 from lego.types import Task
 from tests.redteam.helpers import RedTeam, RoutedScriptEngine, marked_task
@@ -102,7 +102,7 @@ def redteam(
     proxy_cfg = base.proxy.model_copy(update={"uds": str(Path(sock_dir.name) / "proxy.sock")})
     proxy = ProxyServer(engine, chat_format, proxy_cfg)  # type: ignore[arg-type]
     proxy.start()
-    policy = Policy(name="redteam", engine=engine, chat=chat_format, proxy=proxy, model_path=tiny_model_dir)  # type: ignore[arg-type]
+    policy = ServedPolicy(name="redteam", engine=engine, chat=chat_format, proxy=proxy, model_path=tiny_model_dir)  # type: ignore[arg-type]
     workdir = tmp_path_factory.mktemp("sandboxes")
     rt = RedTeam(
         policy=policy,

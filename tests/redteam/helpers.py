@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
+from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.config import LegoConfig, SandboxConfig
 from lego.types import Generation, RequestContext, SamplingParams, Task, Trajectory
 from tests.proxies.conftest import ScriptedEngine
@@ -142,7 +142,7 @@ class RoutedScriptEngine(ScriptedEngine):
 class RedTeam:
     """The served scripted policy plus the config every attack's rollout runs under."""
 
-    policy: Policy
+    policy: ServedPolicy
     engine: RoutedScriptEngine
     cfg: LegoConfig
     workdir: Path

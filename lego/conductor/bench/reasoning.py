@@ -73,11 +73,11 @@ def drive_session(
                 call = {"id": "x", "type": "function", "function": {"name": "bash", "arguments": args}}
                 intended |= {"content": "", "tool_calls": [call]}
             ids = _sampled(chat, messages, intended, kwargs)
-            prepared = rec.prepare(messages, TOOLS, kwargs)
-            calls.append((prepared.prompt_ids, chat.render(messages, TOOLS, True, template_kwargs=kwargs)))
+            rendered = rec.render(messages, TOOLS, kwargs)
+            calls.append((rendered.prompt_ids, chat.render(messages, TOOLS, True, template_kwargs=kwargs)))
             gen = Generation(token_ids=ids, logprobs=[-1.0] * len(ids), finish_reason="stop", policy_version=0)
             msg = chat.to_message(chat.parse(ids, TOOLS, id_salt=f"{q}.{t}"))
-            rec.commit(prepared, gen, msg)
+            rec.commit(rendered, gen, msg)
             messages.append({k: v for k, v in msg.items() if k != "reasoning_content"})  # the client drops it
             if t < tool_turns:
                 messages.append({"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "1 failed"})

@@ -112,7 +112,7 @@ def run(
       lego run --harness mini-swe-agent --engine transformers --task lego-builtin__roman-0001 --max-turns 5
     """
     from lego.conductor.eval_samples import ORACLE_MAX_TOKENS
-    from lego.conductor.rollout import Policy, RolloutOptions, RolloutRunner
+    from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
     from lego.config import load_config
     from lego.io import atomic_write_text
     from lego.sandboxes.tasks.sources import load_source
@@ -127,7 +127,7 @@ def run(
         extra.append("sandbox.unsafe_no_isolation=true")
     cfg = load_config(None, [*extra, *overrides])
     task = load_source(source).get(task_id)
-    policy = Policy.start(cfg.engine, cfg.proxy, name=engine_kind)
+    policy = ServedPolicy.start(cfg.engine, cfg.proxy, name=engine_kind)
     try:
         runner = RolloutRunner(cfg, policy)
         traj = runner.run(

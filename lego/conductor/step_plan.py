@@ -1,0 +1,65 @@
+"""What one training step works on: its tasks (epochs over a seeded permutation) and, in a
+mixed-harness run, the harness of each task. Pure functions of (config, step), so a resumed run
+repeats the same plan."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+
+from lego.config import LegoConfig
+from lego.types import Task
+
+__all__ = ["sample_seed", "step_harnesses", "step_tasks", "trained_harness"]
+
+
+def sample_seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:4], "little")
+
+
+def step_tasks(tasks: Sequence[Task], step: int, per_step: int, seed: int) -> list[Task]:
+    """Tasks of ``step``: epochs walk a seeded permutation, so every task comes up and resume repeats the same."""
+    out = []
+    for i in range(step * per_step, (step + 1) * per_step):
+        epoch, pos = divmod(i, len(tasks))
+        order = list(range(len(tasks)))
+        random.Random(sample_seed(seed, "epoch", epoch)).shuffle(order)
+        out.append(tasks[order[pos]])
+    return out
+
+
+def step_harnesses(tasks: Sequence[Task], cfg: LegoConfig, step: int) -> list[str]:
+    """The harness of each task of ``step``; a task's G rollouts share it (advantages are per group).
+
+    Task metadata (``harness``) wins. The other tasks are split over ``harness.weights`` as evenly
+    as the step's B allows (largest remainder, ties and order drawn from a per-step seed), so every
+    step of a mixed run trains on each harness its weights give a whole task; without weights,
+    ``harness.name``. Seeded by step: a resumed run repeats the same assignment."""
+    out = [t.metadata.get("harness") for t in tasks]
+    free = [i for i, h in enumerate(out) if not (isinstance(h, str) and h)]
+    weights = {n: w for n, w in sorted(cfg.harness.weights.items()) if w > 0}
+    if not weights:
+        for i in free:
+            out[i] = cfg.harness.name
+        return [str(h) for h in out]
+    rng = random.Random(sample_seed(cfg.training.seed, "harness", step))
+    total = sum(weights.values())
+    quota = {n: len(free) * w / total for n, w in weights.items()}
+    counts = {n: int(q) for n, q in quota.items()}
+    by_remainder = sorted(weights, key=lambda n: (-(quota[n] - counts[n]), rng.random()))
+    for n in by_remainder[: len(free) - sum(counts.values())]:
+        counts[n] += 1
+    pool = [n for n in weights for _ in range(counts[n])]
+    rng.shuffle(pool)
+    for i, h in zip(free, pool, strict=True):
+        out[i] = h
+    return [str(h) for h in out]
+
+
+def trained_harness(cfg: LegoConfig) -> str:
+    """What ``lego_meta.json`` records as the harness a checkpoint was trained in: ``harness.name``,
+    or the weighted harnesses joined by ``+`` for a mixed run (the eval's transfer matrix marks none
+    of its columns as the training harness then)."""
+    mixed = sorted(n for n, w in cfg.harness.weights.items() if w > 0)
+    return "+".join(mixed) if len(mixed) > 1 else (mixed[0] if mixed else cfg.harness.name)
