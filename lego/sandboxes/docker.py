@@ -98,17 +98,17 @@ from lego.sandboxes.docker_engine import (
 from lego.sandboxes.docker_scripts import AS_AGENT, GIT_ENV, KEEPER, KILL_ALL, STRIP, STRIP_CHECK, WRAPPER, diff_script
 from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR
 from lego.sandboxes.local_diff import DIFF_OUTPUT_CAP
-from lego.sandboxes.processes import OUTPUT_CAP, agent_env
+from lego.sandboxes.processes import OUTPUT_CAP, FileOps, agent_env
 from lego.sandboxes.runtime import python_runtime
 from lego.sandboxes.templates import pristine_template, sandbox_id, template_info
-from lego.types import ExecResult, Task
+from lego.types import Task
 
 __all__ = ["LABEL", "DockerSandbox", "cleanup_leftovers", "docker_client", "new_run_id"]
 
 _BASE_GIT = f"{LEGO_DIR}/base.git"
 
 
-class DockerSandbox:
+class DockerSandbox(FileOps):
     """One container per rollout, plus one bridge container when a proxy is given (see module doc)."""
 
     def __init__(
@@ -285,39 +285,6 @@ class DockerSandbox:
         if overflow:
             err += f"\n[lego: output exceeded {OUTPUT_CAP} bytes on one stream; the command was killed]".encode()
         return (124 if timed_out else code), out, err, timed_out, wall
-
-    def exec(
-        self,
-        cmd: str | Sequence[str],
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        cwd: str | None = None,
-    ) -> ExecResult:
-        code, out, err, timed_out, wall = self.run_bytes(cmd, env=env, timeout=timeout, cwd=cwd)
-        return ExecResult(
-            exit_code=code,
-            stdout=out.decode(errors="replace"),
-            stderr=err.decode(errors="replace"),
-            timed_out=timed_out,
-            wall_s=wall,
-        )
-
-    def _abs(self, path: str) -> str:
-        return path if path.startswith("/") else f"{self.repo_dir}/{path}"
-
-    def read(self, path: str) -> bytes:
-        """Read as the agent, through the sandbox (an agent's symlink points nowhere on the host)."""
-        code, out, err, _, _ = self.run_bytes(["cat", "--", self._abs(path)], timeout=60)
-        if code != 0:
-            raise SandboxError(f"cannot read {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
-        return out
-
-    def write(self, path: str, data: bytes) -> None:
-        """Write as the agent (mode 0644 for a new file), creating parent directories."""
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-        code, _, err, _, _ = self.run_bytes(["sh", "-c", script, "sh", self._abs(path)], timeout=60, stdin=data)
-        if code != 0:
-            raise SandboxError(f"cannot write {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
 
     def diff(self) -> str:
         """The agent's changes against the pristine commit, untracked files included: git runs as the

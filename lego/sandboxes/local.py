@@ -77,10 +77,10 @@ from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR, bwrap_availab
 from lego.sandboxes.local_diff import DIFF_FILE_CAP, host_diff
 from lego.sandboxes.local_start import HostProcesses, copy_owned, mount_root, workdir
 from lego.sandboxes.privilege import HostIdentity
-from lego.sandboxes.processes import agent_env
+from lego.sandboxes.processes import FileOps, agent_env
 from lego.sandboxes.runtime import python_runtime
 from lego.sandboxes.templates import pristine_template, sandbox_id, template_info
-from lego.types import ExecResult, Task
+from lego.types import Task
 
 __all__ = [
     "AGENT_HOME",
@@ -96,7 +96,7 @@ __all__ = [
 DEFAULT_PROXY_PORT = 18080
 
 
-class LocalSandbox:
+class LocalSandbox(FileOps):
     """One task's working copy plus the bubblewrap sandbox around it (see module doc)."""
 
     def __init__(
@@ -183,36 +183,6 @@ class LocalSandbox:
             stdin=stdin,
             kill_everything=self.kill_agent_processes,
         )
-
-    def exec(
-        self,
-        cmd: str | Sequence[str],
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        cwd: str | None = None,
-    ) -> ExecResult:
-        code, out, err, timed_out, wall = self.run_bytes(cmd, env=env, timeout=timeout, cwd=cwd)
-        return ExecResult(
-            exit_code=code,
-            stdout=out.decode(errors="replace"),
-            stderr=err.decode(errors="replace"),
-            timed_out=timed_out,
-            wall_s=wall,
-        )
-
-    def read(self, path: str) -> bytes:
-        """Read through the sandbox (never host file APIs), so an agent's symlink cannot point the
-        host anywhere. Files above ``OUTPUT_CAP`` (16 MiB) raise SandboxError."""
-        code, out, err, _, _ = self.run_bytes(["cat", "--", path], timeout=60)
-        if code != 0:
-            raise SandboxError(f"cannot read {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
-        return out
-
-    def write(self, path: str, data: bytes) -> None:
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-        code, _, err, _, _ = self.run_bytes(["/bin/sh", "-c", script, "sh", path], timeout=60, stdin=data)
-        if code != 0:
-            raise SandboxError(f"cannot write {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
 
     def diff(self) -> str:
         """The agent's changes against the pristine commit, untracked files included, taken from

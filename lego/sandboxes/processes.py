@@ -10,11 +10,15 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from lego.errors import SandboxError
+from lego.types import ExecResult
 
 __all__ = [
     "OUTPUT_CAP",
+    "FileOps",
     "OutputCollector",
     "agent_env",
     "descendants",
@@ -123,3 +127,57 @@ def agent_env(path: str, home: str, proxy_port: int | None, extra: Mapping[str, 
     if proxy_port is not None:
         base["LEGO_PROXY_URL"] = f"http://127.0.0.1:{proxy_port}"
     return {**base, **(extra or {})}
+
+
+class FileOps:
+    """``exec``, ``read`` and ``write`` of the Sandbox protocol, built once for both backends on the
+    backend's own ``run_bytes`` (commands as the agent, inside the sandbox). Files are read and
+    written through the sandbox, never with host file APIs, so an agent's symlink cannot point the
+    host anywhere; a relative path is taken from ``repo_dir``."""
+
+    id: str
+    repo_dir: str
+
+    def run_bytes(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+    ) -> tuple[int, bytes, bytes, bool, float]:
+        raise NotImplementedError
+
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        code, out, err, timed_out, wall = self.run_bytes(cmd, env=env, timeout=timeout, cwd=cwd)
+        return ExecResult(
+            exit_code=code,
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+            timed_out=timed_out,
+            wall_s=wall,
+        )
+
+    def _abs(self, path: str) -> str:
+        return path if path.startswith("/") else f"{self.repo_dir}/{path}"
+
+    def read(self, path: str) -> bytes:
+        """The file's bytes, read as the agent; files above ``OUTPUT_CAP`` (16 MiB) raise SandboxError."""
+        code, out, err, _, _ = self.run_bytes(["cat", "--", self._abs(path)], timeout=60)
+        if code != 0:
+            raise SandboxError(f"cannot read {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
+        return out
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write as the agent (mode 0644 for a new file), creating parent directories."""
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+        code, _, err, _, _ = self.run_bytes(["/bin/sh", "-c", script, "sh", self._abs(path)], timeout=60, stdin=data)
+        if code != 0:
+            raise SandboxError(f"cannot write {path} in sandbox {self.id}: {err.decode(errors='replace').strip()}")
