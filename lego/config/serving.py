@@ -38,6 +38,23 @@ class EngineConfig(Section):
         "auto", description="auto: fp32 on CPU, bf16 on CUDA."
     )
     max_batch_size: int = Field(16, ge=1, description="Most concurrent requests batched into one forward pass.")
+    max_batch_tokens: int | None = Field(
+        65536,
+        ge=1,
+        description="transformers engine: admission control. Most KV-cache slots one running batch may reach: "
+        "rows x (its padded width + the most tokens a row may still generate), padding included. A request that "
+        "would push the batch past it waits (in arrival order) until rows finish; one over it on its own runs "
+        "alone. A fixed count, not derived from free memory: memory is about max_batch_tokens x (the model's KV "
+        "bytes per token + prefill scratch per engine.prefill_chunk_tokens); the default admits two full 32k "
+        "contexts or 16 agent turns of ~3.5k tokens. None: only max_batch_size limits a batch.",
+    )
+    prefill_chunk_tokens: int | None = Field(
+        512,
+        ge=1,
+        description="transformers engine: prompt columns per prefill forward. A prompt prefilled whole builds "
+        "W x W attention scores and masks per row (a 30k-token prompt: gigabytes even for a tiny model); in chunks "
+        "of C through the KV cache, C x W, with the same result. None: one forward per prompt.",
+    )
     max_model_len: int | None = Field(None, ge=16, description="Context window; default: the model's own.")
     vllm_url: str | None = Field(None, description="Base URL of `vllm serve` (engine.kind='vllm').")
     vllm_api_key: str | None = Field(None, description="API key `vllm serve` was started with (--api-key), if any.")

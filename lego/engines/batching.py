@@ -1,4 +1,5 @@
-"""Bookkeeping for the in-process engine's batches: a pending request, and merging KV caches.
+"""Bookkeeping for the in-process engine's batches: a pending request, a batch's token footprint
+(what admission control counts), and merging KV caches.
 
 Merging lets a request join a running batch: it is prefilled on its own, then its cache and the
 batch's are left-padded to the same length and concatenated along the batch axis. The attention
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 
 from lego.types import Generation, SamplingParams
 
-__all__ = ["PendingRequest", "can_merge", "merge_caches"]
+__all__ = ["Footprint", "PendingRequest", "can_merge", "merge_caches"]
 
 
 @dataclass
@@ -52,6 +53,29 @@ class PendingRequest:
                 self.future.set_result(result)
 
         self.loop.call_soon_threadsafe(_set)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """How many token slots a batch's KV cache may come to hold, padding included.
+
+    Rows are left-padded to one ``width`` (a joining request's prompt widens the whole batch) and
+    every decode step adds a column to every row, so a batch whose rows may still generate up to
+    ``longest`` tokens reaches at most ``rows * (width + longest)`` slots. The scheduler admits a
+    request only while that bound stays within ``engine.max_batch_tokens``; the decoder records the
+    slots it really ran (``stats["peak_batch_tokens"]``)."""
+
+    rows: int = 0
+    width: int = 0
+    longest: int = 0  # the most tokens any row may still generate
+
+    @property
+    def tokens(self) -> int:
+        return self.rows * (self.width + self.longest)
+
+    def plus(self, request: PendingRequest) -> Footprint:
+        """The footprint with ``request`` admitted (prefilled, not yet sampled)."""
+        return Footprint(self.rows + 1, max(self.width, len(request.prompt_ids)), max(self.longest, request.max_tokens))
 
 
 def can_merge(cache: Any) -> bool:

@@ -6,6 +6,11 @@ that arrive meanwhile are prefilled on their own and merged in (``lego.engines.b
 a weight swap is waiting: then the batch drains and ends. With a shared prefix cached
 (``lego.engines.prefix_cache``) a batch prefills only what follows it: row layout
 ``[prefix][left pad][suffix]``.
+
+Prefill runs in chunks of ``prefill_chunk`` columns through the KV cache: a whole W-token prompt in
+one forward builds attention scores and masks of W x W per row (gigabytes at agent prompt lengths,
+even for a tiny model), a chunk C x W. The result is the same computation: each query still sees
+exactly the keys before it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lego.engines.batching import PendingRequest, can_merge, merge_caches
+from lego.engines.batching import Footprint, PendingRequest, can_merge, merge_caches
 from lego.engines.prefix_cache import CachedPrefix, PrefixCache
 from lego.engines.sampling import RowSampler
 from lego.engines.scheduler import BatchScheduler
@@ -40,6 +45,7 @@ class Decoder:
         prefix_cache: PrefixCache,
         version: Callable[[], int],
         stats: dict[str, int],
+        prefill_chunk: int | None = None,
     ) -> None:
         self.model = model
         self.device = next(model.parameters()).device
@@ -48,10 +54,16 @@ class Decoder:
         self.prefix_cache = prefix_cache
         self.version = version
         self.stats = stats
-        self.stats.update(generated_tokens=0, joined_mid_batch=0)
+        self.stats.update(generated_tokens=0, joined_mid_batch=0, peak_batch_tokens=0)
+        self.prefill_chunk = prefill_chunk
         self.cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
+    def _count_slots(self, mask: torch.Tensor) -> None:
+        """Record the KV slots a batch holds (rows x padded width): what engine.max_batch_tokens bounds."""
+        self.stats["peak_batch_tokens"] = max(self.stats["peak_batch_tokens"], mask.shape[0] * mask.shape[1])
+
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        self._count_slots(mask)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -62,12 +74,31 @@ class Decoder:
         )
         return out.logits[:, -1, :].float()  # (B, V)
 
+    def encode(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        """Run prompt columns ``ids`` (B, W) into ``cache``, ``prefill_chunk`` columns per forward.
+        ``mask`` (B, cached + W) covers what ``cache`` already holds too; returns the last logits (B, V)."""
+        width, cached = ids.shape[1], mask.shape[1] - ids.shape[1]
+        step = self.prefill_chunk or width
+        for start in range(0, width, step):
+            end = min(width, start + step)
+            logits = self.forward(ids[:, start:end], mask[:, : cached + end], positions[:, start:end], cache)
+        return logits
+
+    def encode_one(self, ids: list[int]) -> Any:
+        """The KV cache of one unpadded prompt (the shared prefix)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        tokens = torch.tensor([ids], device=self.device)
+        self.encode(tokens, torch.ones_like(tokens), torch.arange(len(ids), device=self.device)[None], cache)
+        return cache
+
     def prefill(self, requests: list[PendingRequest]) -> Prefilled:
         """Left-pad ``requests`` into one batch and run the prompt (after the cached prefix, if any)."""
         from transformers import DynamicCache
 
         prompts = [r.prompt_ids for r in requests]
-        prefix = self.prefix_cache.lookup(prompts, self.model, self.cache_kwarg, self.version())
+        prefix = self.prefix_cache.lookup(prompts, self.version(), self.encode_one)
         if prefix is not None:
             return self._prefill_after(prefix, prompts)
         width = max(len(p) for p in prompts)
@@ -79,7 +110,7 @@ class Decoder:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
         cache = DynamicCache()
-        logits = self.forward(ids, mask, positions, cache)
+        logits = self.encode(ids, mask, positions, cache)
         return logits, mask, positions[:, -1:] + 1, cache
 
     def _prefill_after(self, prefix: CachedPrefix, prompts: list[list[int]]) -> Prefilled:
@@ -100,7 +131,7 @@ class Decoder:
         cache = DynamicCache()
         for layer, (keys, values) in enumerate(prefix.layers):
             cache.update(keys.expand(b, -1, -1, -1).contiguous(), values.expand(b, -1, -1, -1).contiguous(), layer)
-        logits = self.forward(ids, mask, positions, cache)
+        logits = self.encode(ids, mask, positions, cache)
         self.stats["prefix_hits"] += b
         self.stats["prefix_tokens_saved"] += b * n
         return logits, mask, positions[:, -1:] + 1, cache
@@ -150,9 +181,9 @@ class Decoder:
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=-1)
             logits = self.forward(step_ids, mask, next_pos, cache)
             next_pos = next_pos + 1
-            room = scheduler.max_batch_size - len(active)
-            if room > 0 and not scheduler.pausing and can_merge(cache):
-                joining = scheduler.take_waiting(room)
+            if not scheduler.pausing and can_merge(cache):
+                left = max(batch[i].max_tokens - len(batch[i].token_ids) for i in active)
+                joining = scheduler.take(Footprint(len(active), mask.shape[1], left))
                 if joining:
                     for r in joining:
                         r.started_at = time.perf_counter()
@@ -162,6 +193,7 @@ class Decoder:
                     mask = torch.cat(
                         [F.pad(mask, (width - mask.shape[1], 0)), F.pad(new_mask, (width - new_mask.shape[1], 0))]
                     )
+                    self._count_slots(mask)  # the merged batch: at least what both halves held apart
                     next_pos = torch.cat([next_pos, new_pos])
                     logits = torch.cat([logits, new_logits])
                     for r in joining:

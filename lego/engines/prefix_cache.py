@@ -9,6 +9,7 @@ computed once per ``policy_version``; a batch whose prompts all extend it prefil
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,9 +50,10 @@ class PrefixCache:
         self._recent: deque[list[int]] = deque(maxlen=PREFIX_WINDOW)
         self._prefix: CachedPrefix | None = None
 
-    def lookup(self, prompts: list[list[int]], model: Any, cache_kwarg: str, version: int) -> CachedPrefix | None:
+    def lookup(self, prompts: list[list[int]], version: int, encode: Callable[[list[int]], Any]) -> CachedPrefix | None:
         """The cached prefix every prompt extends, (re)built when the weights changed or the recent
-        prompts share a different one; None when there is none worth using."""
+        prompts share a different one; None when there is none worth using. ``encode(ids)`` runs
+        ``ids`` through the model (the decoder's chunked prefill) and returns the filled KV cache."""
         self._recent.extend(prompts)
         if not self.enabled or len(self._recent) < 2:
             return None
@@ -65,16 +67,11 @@ class PrefixCache:
                 return None
             prefix = CachedPrefix(ids, -1, [])
         if prefix.version != version:
-            prefix = self._build(prefix.ids, model, cache_kwarg, version)
+            prefix = self._build(prefix.ids, version, encode)
         self._prefix = prefix
         return prefix
 
-    def _build(self, ids: list[int], model: Any, cache_kwarg: str, version: int) -> CachedPrefix:
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-        device = next(model.parameters()).device
-        model(input_ids=torch.tensor([ids], device=device), use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
-        cached: Any = cache.layers
+    def _build(self, ids: list[int], version: int, encode: Callable[[list[int]], Any]) -> CachedPrefix:
+        cached: Any = encode(ids).layers
         self.stats["prefix_builds"] += 1
         return CachedPrefix(ids, version, [(layer.keys.clone(), layer.values.clone()) for layer in cached])

@@ -1,10 +1,17 @@
 """The in-process engine's scheduler: one worker thread takes queued requests in batches.
 
 ``generate`` calls put a :class:`~lego.engines.batching.PendingRequest` on the queue; the worker
-takes up to ``max_batch_size`` waiting requests and hands them to ``run_batch`` (the decoder), which
-may take more (``take_waiting``) while it decodes. The worker holds ``lock`` for a whole batch; a
-weight swap (``paused()``) raises ``pausing`` so the running batch stops admitting, drains, and the
-swap happens between batches.
+takes waiting requests (:meth:`BatchScheduler.take`) and hands them to ``run_batch`` (the decoder),
+which takes more while it decodes. The worker holds ``lock`` for a whole batch; a weight swap
+(``paused()``) raises ``pausing`` so the running batch stops admitting, drains, and the swap happens
+between batches.
+
+Admission control: requests are taken in arrival order while the batch stays within
+``max_batch_size`` rows and its :class:`~lego.engines.batching.Footprint` (rows x (padded width +
+the most tokens a row may still generate)) within ``max_batch_tokens``. The first request that does
+not fit waits at the head of the line, and nothing behind it overtakes it, so a long prompt is
+delayed, never starved. A request over the budget on its own runs alone (an empty batch admits
+anything): it cannot wait for room that will never come.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from contextlib import contextmanager
 
 import torch
 
-from lego.engines.batching import PendingRequest
+from lego.engines.batching import Footprint, PendingRequest
 from lego.errors import EngineError, EngineUnavailableError
 
 __all__ = ["BatchScheduler"]
@@ -27,14 +34,21 @@ class BatchScheduler:
     """Queue + worker thread + the lock weight swaps wait for (see the module docstring)."""
 
     def __init__(
-        self, run_batch: Callable[[list[PendingRequest]], None], max_batch_size: int, stats: dict[str, int]
+        self,
+        run_batch: Callable[[list[PendingRequest]], None],
+        max_batch_size: int,
+        stats: dict[str, int],
+        max_batch_tokens: int | None = None,
     ) -> None:
         self.run_batch = run_batch
         self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.stats = stats
-        self.stats.update(batches=0, max_batch_size_seen=0)
+        self.stats.update(batches=0, max_batch_size_seen=0, admission_waits=0)
         self.lock = threading.Lock()  # held by the worker for a whole batch; weight swaps wait for it
         self._queue: queue.Queue[PendingRequest | None] = queue.Queue()
+        self._head: PendingRequest | None = None  # taken off the queue, waiting for room (worker thread only)
+        self._closing = False  # the close sentinel was taken: admit nothing more
         self._worker: threading.Thread | None = None
         self._pause_lock = threading.Lock()
         self._pause_requests = 0  # > 0 while paused() waits: the running batch stops admitting
@@ -68,44 +82,49 @@ class BatchScheduler:
         self._queue.put(None)
         return self._worker
 
-    def take_waiting(self, limit: int) -> list[PendingRequest]:
-        """Requests queued since the batch started (never the close sentinel, which is put back)."""
+    def take(self, batch: Footprint) -> list[PendingRequest]:
+        """Waiting requests, in arrival order, that fit beside ``batch`` (its rows still running).
+
+        Stops at the first request that would push the batch past ``max_batch_size`` rows or
+        ``max_batch_tokens`` (that request keeps its place at the head of the line); an empty
+        ``batch`` takes its first request whatever its size."""
         taken: list[PendingRequest] = []
-        while len(taken) < limit:
-            try:
-                nxt = self._queue.get_nowait()
-            except queue.Empty:
-                break
+        while batch.rows < self.max_batch_size and not self._closing:
+            nxt, waited = self._head, self._head is not None
+            self._head = None
             if nxt is None:
-                self._queue.put(None)
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if nxt is None:
+                self._closing = True
                 break
-            if not nxt.future.cancelled():
-                taken.append(nxt)
+            if nxt.future.cancelled():
+                continue
+            grown = batch.plus(nxt)
+            if batch.rows and self.max_batch_tokens is not None and grown.tokens > self.max_batch_tokens:
+                self._head = nxt
+                self.stats["admission_waits"] += 0 if waited else 1  # requests that waited for room, once each
+                break
+            taken.append(nxt)
+            batch = grown
         return taken
 
     def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                break
-            stop = False
+        while not self._closing:
+            if self._head is None:
+                first = self._queue.get()
+                if first is None:
+                    break
+                self._head = first
             # A waiting weight swap goes first (threading.Lock is not fair), so requests queued
             # behind it run on the new weights; then take the lock before collecting the batch:
             # whatever queued up meanwhile joins this batch.
             while self._pause_requests:
                 time.sleep(0.001)
             with self.lock, torch.no_grad():
-                batch = [first]
-                while len(batch) < self.max_batch_size:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        stop = True
-                        break
-                    batch.append(nxt)
-                batch = [r for r in batch if not r.future.cancelled()]
+                batch = self.take(Footprint())
                 if batch:
                     self.stats["batches"] += 1
                     self.stats["max_batch_size_seen"] = max(self.stats["max_batch_size_seen"], len(batch))
@@ -115,12 +134,11 @@ class BatchScheduler:
                         error = EngineError(f"generation failed: {type(exc).__name__}: {exc}")
                         for r in batch:
                             r.resolve(error)
-            if stop:
-                break
+        closed = EngineUnavailableError("the engine closed before this request ran; retry on a new engine")
         while True:  # closing: nothing queued after the sentinel will run
             try:
                 left = self._queue.get_nowait()
             except queue.Empty:
                 return
             if left is not None:
-                left.resolve(EngineUnavailableError("the engine closed before this request ran; retry on a new engine"))
+                left.resolve(closed)

@@ -8,6 +8,12 @@ leave the batch and its KV cache; requests arriving mid-batch are prefilled and 
 cache left-padded to the batch's length), so a short request never waits for a long one. A weight
 swap stops admissions; the batch drains and the swap happens between batches.
 
+Memory: admission control (``max_batch_tokens``) bounds the KV slots a batch may reach, padding
+included (rows x (padded width + the most tokens a row may still generate)); requests beyond it
+queue in arrival order, so N concurrent long prompts run a few at a time instead of running out of
+memory. Prompts are prefilled ``prefill_chunk_tokens`` columns per forward, so no forward builds a
+prompt-length-squared attention matrix. Neither changes a row's tokens or logprobs.
+
 Shared-prefix cache (``prefix_cache=True``): every request of an agent starts with the same system
 prompt and tool schemas (659 tokens for lego-agent, most of a turn's prompt). The engine keeps the
 longest common prefix of its recent prompts with its KV (computed once per ``policy_version``), and a
@@ -73,6 +79,8 @@ class TransformersEngine:
         seed: int = 0,
         num_threads: int | None = None,
         prefix_cache: bool = True,
+        max_batch_tokens: int | None = 65536,
+        prefill_chunk_tokens: int | None = 512,
     ) -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
 
@@ -118,9 +126,10 @@ class TransformersEngine:
             self.prefix_cache,
             lambda: self.policy_version,
             self.stats,
+            prefill_chunk=prefill_chunk_tokens,
         )
         self.scheduler = BatchScheduler(
-            lambda batch: self.decoder.run(batch, self.scheduler), max_batch_size, self.stats
+            lambda batch: self.decoder.run(batch, self.scheduler), max_batch_size, self.stats, max_batch_tokens
         )
 
     @property
@@ -143,6 +152,8 @@ class TransformersEngine:
             seed=cfg.seed,
             num_threads=cfg.num_threads,
             prefix_cache=cfg.prefix_cache,
+            max_batch_tokens=cfg.max_batch_tokens,
+            prefill_chunk_tokens=cfg.prefill_chunk_tokens,
         )
 
     def _eos_ids(self, path: Path, generation_config_cls: Any) -> list[int]:

@@ -306,3 +306,70 @@ def test_prefix_cache_is_rebuilt_after_a_weight_update(tiny_model_dir, chat_form
         assert gen.policy_version == 1
         assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids))
     asyncio.run(engine.close())
+
+
+def _long_prompts(chat_format, n: int) -> list[list[int]]:
+    """Agent-like prompts of ~600-700 tokens: a shared system prompt, then a long task of its own."""
+    system = "You are a careful engineer. Use the tools; call exactly one per reply. " * 6
+    return [
+        chat_format.render(
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": " ".join(f"step{j} of task {i}" for j in range(60 + 4 * i))},
+            ],
+            add_generation_prompt=True,
+        )
+        for i in range(n)
+    ]
+
+
+def test_admission_control_queues_long_prompts_within_the_token_budget(tiny_model_dir, chat_format) -> None:
+    """Five concurrent long prompts under a budget that fits two: they queue instead of padding into one
+    batch, the batch never holds more KV slots than the budget, and every result equals the request
+    run alone on an engine without a budget and without chunked prefill."""
+    prompts = _long_prompts(chat_format, 5)
+    budget = 2 * (max(len(p) for p in prompts) + 16)
+    assert 3 * (min(len(p) for p in prompts) + 16) > budget  # three never fit: the budget must bite
+    limited = TransformersEngine(tiny_model_dir, max_batch_size=8, max_batch_tokens=budget, prefill_chunk_tokens=64)
+    plain = TransformersEngine(tiny_model_dir, max_batch_size=8, max_batch_tokens=None, prefill_chunk_tokens=None)
+
+    def params(i: int) -> SamplingParams:
+        return SamplingParams(temperature=0.0 if i == 0 else 1.0, max_tokens=16, seed=i)
+
+    async def concurrent() -> list:
+        with limited.paused():  # all five queue before the first batch forms
+            tasks = [asyncio.create_task(limited.generate(p, params(i))) for i, p in enumerate(prompts[:4])]
+            await asyncio.sleep(0.05)
+        while limited.stats["generated_tokens"] < 3:
+            await asyncio.sleep(0.005)
+        tasks.append(asyncio.create_task(limited.generate(prompts[4], params(4))))  # arrives mid-batch
+        return await asyncio.gather(*tasks)
+
+    gens = asyncio.run(concurrent())
+    alone = [asyncio.run(plain.generate(p, params(i))) for i, p in enumerate(prompts)]
+    stats = limited.stats
+    assert 0 < stats["peak_batch_tokens"] <= budget, (stats, budget)
+    assert stats["admission_waits"] >= 1 and stats["max_batch_size_seen"] == 2
+    for prompt, gen, ref in zip(prompts, gens, alone, strict=True):
+        assert gen.token_ids == ref.token_ids and gen.finish_reason == ref.finish_reason
+        assert_matches(gen.logprobs, ref.logprobs)
+        assert_matches(gen.logprobs, teacher_forced(limited.model, prompt, gen.token_ids))
+    asyncio.run(limited.close())
+    asyncio.run(plain.close())
+
+
+def test_a_request_over_the_budget_runs_alone_and_chunked_prefill_is_exact(tiny_model_dir, chat_format) -> None:
+    prompts = _long_prompts(chat_format, 3)
+    tight = TransformersEngine(tiny_model_dir, max_batch_tokens=64, prefill_chunk_tokens=37, prefix_cache=False)
+
+    async def run() -> list:
+        return await asyncio.gather(
+            *[tight.generate(p, SamplingParams(max_tokens=6, seed=i)) for i, p in enumerate(prompts)]
+        )
+
+    gens = asyncio.run(run())
+    assert tight.stats["max_batch_size_seen"] == 1 and tight.stats["batches"] == 3
+    for prompt, gen in zip(prompts, gens, strict=True):
+        assert_finished_properly(tight, gen, 6)
+        assert_matches(gen.logprobs, teacher_forced(tight.model, prompt, gen.token_ids))
+    asyncio.run(tight.close())
