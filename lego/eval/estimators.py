@@ -18,6 +18,7 @@ from itertools import product
 import numpy as np
 
 __all__ = [
+    "best_of_paired",
     "bootstrap_ci",
     "mean_pass_at_k",
     "paired_bootstrap",
@@ -137,3 +138,58 @@ def sign_flip_pvalue(d: Sequence[float] | np.ndarray, n_perm: int = 10000, seed:
     signs = rng.choice(np.array([1.0, -1.0]), size=(n_perm, x.size))
     extreme = int(np.sum(np.abs((signs * x).mean(axis=1)) >= obs - 1e-12))
     return (1 + extreme) / (1 + n_perm)
+
+
+def _sign_patterns(n: int, n_perm: int, seed: int) -> np.ndarray:
+    """Sign patterns (rows of +-1) for a paired permutation test over ``n`` tasks: all 2**n of them up
+    to :data:`EXACT_SIGN_FLIP_MAX_TASKS` tasks, else ``n_perm`` random ones."""
+    if n <= EXACT_SIGN_FLIP_MAX_TASKS:
+        return np.array(list(product((1.0, -1.0), repeat=n)))
+    return np.random.default_rng(seed).choice(np.array([1.0, -1.0]), size=(n_perm, n))
+
+
+def best_of_paired(
+    a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float, float]:
+    """Best-vs-best over a sweep: delta = max_j mean_i a[i, j] - max_j mean_i b[i, j].
+
+    ``a`` and ``b`` are (n_tasks, n_settings) per-task scores of two policies on the same tasks, one
+    column per setting (a sampling temperature); each policy is scored at its own best setting.
+    Returns ``(delta, ci_low, ci_high, p_value)``.
+
+    The choice of the best setting is part of the statistic, so both the interval and the test redo
+    it on every resample:
+
+    - CI: paired percentile bootstrap over tasks (the same task indices for ``a`` and ``b``), each
+      policy's best column re-chosen in every resample, so the interval carries the uncertainty of
+      which setting is best as well as of the tasks;
+    - p-value: two-sided paired permutation test of "the two policies are exchangeable" (each task's
+      whole row of ``a`` swapped with its row of ``b`` with probability 1/2, best columns re-chosen),
+      exact over all 2**n swaps up to :data:`EXACT_SIGN_FLIP_MAX_TASKS` tasks, else ``n_boot`` random
+      ones with p = (1 + #extreme) / (1 + n_boot).
+
+    Taking the max over settings on the same data biases each best-of value upward (by about the
+    noise of the settings that nearly tie); the bias is alike for two policies of similar noise and
+    cancels in the delta only to that extent. A selection-free estimate chooses the settings on one
+    half of the samples and scores on the other (see :mod:`lego.eval.sweep`).
+    """
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 2:
+        raise ValueError(f"need two (n_tasks, n_settings) arrays of one shape, got {x.shape} and {y.shape}")
+    if x.shape[0] == 0:
+        nan = float("nan")
+        return nan, nan, nan, nan
+    delta = float(x.mean(axis=0).max() - y.mean(axis=0).max())
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))  # (n_boot, n_tasks)
+    boot = x[idx].mean(axis=1).max(axis=1) - y[idx].mean(axis=1).max(axis=1)  # (n_boot,)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(boot, [alpha, 1.0 - alpha])
+    signs = _sign_patterns(x.shape[0], n_boot, seed)  # (n_perm, n_tasks): +1 keeps a task's rows, -1 swaps them
+    keep = (signs > 0)[:, :, None]  # (n_perm, n_tasks, 1)
+    perm_a = np.where(keep, x[None], y[None]).mean(axis=1).max(axis=1)
+    perm_b = np.where(keep, y[None], x[None]).mean(axis=1).max(axis=1)
+    extreme = np.abs(perm_a - perm_b) >= abs(delta) - 1e-12
+    p = float(extreme.mean()) if x.shape[0] <= EXACT_SIGN_FLIP_MAX_TASKS else (1 + int(extreme.sum())) / (1 + n_boot)
+    return delta, float(lo), float(hi), p
