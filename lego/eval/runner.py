@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -30,7 +31,7 @@ from lego.eval.results import EvalResults, EvalSpec, SampleKey, SampleResult, lo
 from lego.io import atomic_write_json
 from lego.types import Task
 
-__all__ = ["SampleFn", "SampleFnFactory", "collect_samples", "run_eval"]
+__all__ = ["EvalJob", "SampleFn", "SampleFnFactory", "collect_samples", "run_eval", "run_evals"]
 
 SampleFn = Callable[[SampleKey], SampleResult]
 
@@ -100,6 +101,15 @@ def _run_one(key: SampleKey, run_sample: SampleFn, infra_retries: int) -> Sample
             return result.model_copy(update={"attempts": attempts})
 
 
+@dataclass(frozen=True)
+class EvalJob:
+    """One eval of :func:`run_evals`: its spec, the function that runs its samples, its directory."""
+
+    spec: EvalSpec
+    run_sample: SampleFn
+    out_dir: Path
+
+
 def run_eval(
     spec: EvalSpec,
     run_sample: SampleFn,
@@ -115,25 +125,52 @@ def run_eval(
     progress bar) is called after each new sample is saved. Returns the summaries of every sample
     of the spec, old and new. Rendering (CSV, Markdown, PNG, HTML) is :func:`lego.eval.report.render`.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _check_spec(out, spec)
-    done = collect_samples(out, spec)
-    todo = [k for k in spec.keys() if k not in done or (retry_recorded_infra and done[k].infra)]
+    job = EvalJob(spec, run_sample, Path(out_dir))
+    return run_evals([job], concurrency, infra_retries, retry_recorded_infra, on_sample)[0]
+
+
+def run_evals(
+    jobs: Sequence[EvalJob],
+    concurrency: int = 4,
+    infra_retries: int = 1,
+    retry_recorded_infra: bool = False,
+    on_sample: Callable[[SampleResult], None] | None = None,
+) -> list[EvalResults]:
+    """:func:`run_eval` for several evals through one pool of ``concurrency`` threads (e.g. one eval per
+    temperature of a sweep), so the policy's engine keeps a full batch until the last sample of the
+    last eval rather than draining at the end of each.
+
+    Samples are queued task by task (every eval's samples of the first task, then of the second, ...):
+    like the G rollouts of a training group, the samples in flight share their task's prompt prefix.
+    Returns the results of each job, in order."""
+    outs = [Path(j.out_dir) for j in jobs]
+    done: list[dict[SampleKey, SampleResult]] = []
+    queue: list[tuple[str, int, int, SampleKey]] = []
+    for i, (job, out) in enumerate(zip(jobs, outs, strict=True)):
+        out.mkdir(parents=True, exist_ok=True)
+        _check_spec(out, job.spec)
+        have = collect_samples(out, job.spec)
+        done.append(have)
+        queue += [
+            (k.task_id, i, k.sample, k)
+            for k in job.spec.keys()
+            if k not in have or (retry_recorded_infra and have[k].infra)
+        ]
+    queue.sort(key=lambda q: q[:3])
     lock = threading.Lock()
 
-    def task(key: SampleKey) -> None:
-        result = _run_one(key, run_sample, infra_retries)
-        atomic_write_json(sample_path(out, key), result.model_dump(mode="json"), indent=1)
+    def task(i: int, key: SampleKey) -> None:
+        result = _run_one(key, jobs[i].run_sample, infra_retries)
+        atomic_write_json(sample_path(outs[i], key), result.model_dump(mode="json"), indent=1)
         with lock:
-            done[key] = result
+            done[i][key] = result
             if on_sample is not None:
                 on_sample(result)
 
-    if todo:
+    if queue:
         pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="lego-eval")
         try:
-            futures = [pool.submit(task, k) for k in todo]
+            futures = [pool.submit(task, i, k) for _, i, _, k in queue]
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
             errors = [e for f in finished if (e := f.exception()) is not None]
             if errors:
@@ -142,6 +179,8 @@ def run_eval(
             # On an error or Ctrl-C: samples in flight finish and are saved; queued ones are dropped
             # (a rerun picks them up).
             pool.shutdown(wait=True, cancel_futures=True)
-    results = summarize(spec, list(done.values()))
-    save_results(out, results)
+    results = []
+    for job, out, have in zip(jobs, outs, done, strict=True):
+        results.append(summarize(job.spec, list(have.values())))
+        save_results(out, results[-1])
     return results
