@@ -15,7 +15,7 @@ from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy, 
 from lego.config import LegoConfig, validate_config
 from lego.types import Task
 
-__all__ = ["ORACLE_MAX_TOKENS", "eval_sample_fn", "oracle_config"]
+__all__ = ["ORACLE_MAX_TOKENS", "EvalPolicies", "eval_sample_fn", "oracle_config"]
 
 
 ORACLE_MAX_TOKENS = 8192
@@ -32,34 +32,63 @@ def oracle_config(cfg: LegoConfig) -> LegoConfig:
     return validate_config(data)
 
 
-def eval_sample_fn(spec: Any, tasks: Mapping[str, Task], out_dir: Path, cfg: LegoConfig) -> Callable[[Any], Any]:
+class EvalPolicies:
+    """The served policies of one or more evals, one per policy name and model, started on first use and
+    closed together.
+
+    Several evals that name the same policy (the temperatures of a sweep) share its :class:`ServedPolicy`,
+    so all their samples batch in one engine. Every policy but the oracle is served with
+    ``eval.max_tokens`` as the proxy's completion cap (the policy-side generation limit); the oracle
+    gets :func:`oracle_config`'s budget."""
+
+    def __init__(self, cfg: LegoConfig) -> None:
+        self.cfg = cfg
+        self._runners: dict[tuple[str, str, str], RolloutRunner] = {}
+        self._lock = threading.Lock()
+
+    def runner(self, name: str, model: str, engine_kind: str) -> RolloutRunner:
+        """The runner of policy ``name`` (``model`` served by an engine of ``engine_kind``), started on first use."""
+        kind = "oracle" if model == "oracle" else engine_kind
+        with self._lock:
+            if (name, model, kind) not in self._runners:
+                cfg = self.cfg
+                ecfg = cfg.engine.model_copy(update={"kind": kind, "model": "default" if model == "oracle" else model})
+                proxy_cfg = cfg.proxy
+                if kind != "oracle" and cfg.eval.max_tokens is not None:
+                    cap = min(cfg.eval.max_tokens, cfg.proxy.max_tokens_cap or cfg.eval.max_tokens)
+                    proxy_cfg = proxy_cfg.model_copy(update={"max_tokens_cap": cap})
+                run_cfg = oracle_config(cfg) if kind == "oracle" else cfg
+                self._runners[(name, model, kind)] = RolloutRunner(
+                    run_cfg, ServedPolicy.start(ecfg, proxy_cfg, name=name)
+                )
+            return self._runners[(name, model, kind)]
+
+    def close(self) -> None:
+        """Stop every served policy (engines and proxies)."""
+        with self._lock:
+            runners, self._runners = list(self._runners.values()), {}
+        for runner in runners:
+            runner.policy.close()
+
+
+def eval_sample_fn(
+    spec: Any, tasks: Mapping[str, Task], out_dir: Path, cfg: LegoConfig, policies: EvalPolicies | None = None
+) -> Callable[[Any], Any]:
     """The production ``run_sample`` of ``lego eval`` (an :class:`lego.eval.runner.SampleFnFactory`).
 
-    One :class:`ServedPolicy` per policy of the spec, started on first use and shared by its samples, with
-    ``cfg``'s engine, proxy, sandbox, harness and guard settings (the policy's model and the spec's
-    engine kind replace ``cfg.engine``'s); every sample runs with the sampling override at
-    ``spec.temperature`` and seed ``key.seed``, and its full trajectory is saved next to the sample file.
+    One :class:`ServedPolicy` per policy of the spec (from ``policies``, shared with other evals, or
+    this eval's own), with ``cfg``'s engine, proxy, sandbox, harness and guard settings (the policy's
+    model and the spec's engine kind replace ``cfg.engine``'s, ``eval.max_tokens`` caps its completions);
+    every sample runs with the sampling override at ``spec.temperature`` and seed ``key.seed``, and its
+    full trajectory is saved next to the sample file.
     """
     from lego.eval.results import SampleResult
     from lego.io import atomic_write_text
 
-    policies: dict[str, RolloutRunner] = {}
-    engine_kind = spec.engine
-
-    def runner_for(name: str) -> RolloutRunner:
-        if name not in policies:
-            model = spec.policy(name).model
-            kind = "oracle" if model == "oracle" else engine_kind
-            ecfg = cfg.engine.model_copy(update={"kind": kind, "model": "default" if model == "oracle" else model})
-            run_cfg = oracle_config(cfg) if kind == "oracle" else cfg
-            policies[name] = RolloutRunner(run_cfg, ServedPolicy.start(ecfg, cfg.proxy, name=name))
-        return policies[name]
-
-    lock = threading.Lock()
+    served = policies if policies is not None else EvalPolicies(cfg)
 
     def run_sample(key: Any) -> Any:
-        with lock:
-            runner = runner_for(key.policy)
+        runner = served.runner(key.policy, spec.policy(key.policy).model, spec.engine)
         opts = RolloutOptions(
             override_sampling=True,
             temperature=spec.temperature,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from lego.config.base import Section
 
@@ -146,6 +146,46 @@ class EvalConfig(Section):
     )
     out_dir: str = Field("runs/eval", description="Eval directory: spec, per-sample JSON, trajectories, report.")
     infra_retries: int = Field(1, ge=0, description="Retries of a sample that ended in an infrastructure failure.")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Policy-side generation limit of eval samples: the most tokens one policy completion may "
+        "take, whatever the harness asks (the proxy's max_tokens_cap for every evaluated policy; the oracle keeps "
+        "its own budget). Bounds what a runaway sample costs. None: the harness's budget, as in training.",
+    )
+    temperatures: list[float] = Field(
+        default_factory=lambda: [0.6, 0.8, 1.0, 1.2],
+        min_length=1,
+        description="`lego bench learn`'s temperature sweep: the start and the trained policy are each sampled at "
+        "every one of these, on the same tasks and per-sample seeds, and compared at their own best (a trained "
+        "policy that is only sharper than its start then shows no gain a temperature knob would give).",
+    )
+    sweep_samples: int = Field(
+        8, ge=1, description="`lego bench learn`: samples per task at each temperature of the sweep."
+    )
+    pass_at_k: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8],
+        min_length=1,
+        description="`lego bench learn`: the k of unbiased pass@k (Chen et al. 2021, arXiv:2107.03374) before and "
+        "after training, each policy at its best temperature. Each k needs eval.sweep_samples >= k.",
+    )
+
+    @field_validator("temperatures")
+    @classmethod
+    def _positive_distinct(cls, temps: list[float]) -> list[float]:
+        if any(t <= 0 for t in temps) or len(set(temps)) != len(temps):
+            raise ValueError(f"{temps}: give distinct temperatures > 0, e.g. [0.6, 0.8, 1.0, 1.2]")
+        return sorted(temps)
+
+    @model_validator(mode="after")
+    def _enough_samples(self) -> EvalConfig:
+        if max(self.pass_at_k) > self.sweep_samples or min(self.pass_at_k) < 1:
+            raise ValueError(
+                f"eval.pass_at_k={self.pass_at_k} needs 1 <= k <= eval.sweep_samples ({self.sweep_samples}): "
+                f"set eval.sweep_samples={max(max(self.pass_at_k), 1)} (`lego bench learn --samples`) or drop "
+                "the larger k"
+            )
+        return self
 
 
 class SFTConfig(Section):
