@@ -2,7 +2,9 @@
 
 Conversion: ``system`` becomes a system message; a user turn's ``tool_result`` blocks become tool
 messages (in order, before the turn's text); an assistant turn's ``thinking`` becomes
-``reasoning_content`` and its ``tool_use`` blocks become tool calls (``input`` JSON-encoded).
+``reasoning_content`` and its ``tool_use`` blocks become tool calls (``input`` JSON-encoded). A key
+of a message or block that is not converted is a 400 naming its path (``messages[2].content[0].foo``)
+unless it is null or empty or one of the echoes and hints of :data:`INERT_FIELDS`.
 Streaming follows Anthropic's event sequence: ``message_start``, per block
 ``content_block_start`` / ``content_block_delta`` (``thinking_delta``, ``text_delta``,
 ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason, output
@@ -26,12 +28,13 @@ from lego.proxies.wire import (
     effort_thinking,
     new_id,
     refuse,
+    refuse_fields,
     refuse_unknown,
     sse,
     text_of_parts,
 )
 
-__all__ = ["MessagesRequest", "messages_response", "messages_stream", "to_chat_request"]
+__all__ = ["INERT_FIELDS", "MessagesRequest", "messages_response", "messages_stream", "to_chat_request"]
 
 
 class AnthropicTool(BaseModel):
@@ -52,6 +55,25 @@ class AnthropicMessage(BaseModel):
 ADVISORY_FIELDS = frozenset({"service_tier", "cache_control", "inference_geo", "speed"})
 # Per-tool fields that change nothing the policy sees (prompt-caching hints).
 _ADVISORY_TOOL_FIELDS = frozenset({"cache_control"})
+# Keys accepted on a content block (or a system block) whatever they hold: none changes what the policy
+# samples. Any other key of a message or a block is a 400 naming its path, unless null or empty.
+INERT_FIELDS = frozenset(
+    {
+        "cache_control",  # a prompt-caching hint (Claude Code marks its latest blocks with it)
+        "citations",  # the sources a text block cites: metadata over its `text`, which is what renders
+        "signature",  # a thinking block's integrity check, echoed back as this proxy sent it
+        # A tool_result's failure flag: chat templates have no field for it, and harnesses write the
+        # failure into the result's text (Claude Code: "Exit code 1 ...", "<tool_use_error>...").
+        "is_error",
+    }
+)
+_BLOCK_KEYS = {
+    "text": frozenset({"type", "text"}),
+    "thinking": frozenset({"type", "thinking"}),
+    "redacted_thinking": frozenset({"type", "data"}),
+    "tool_use": frozenset({"type", "id", "name", "input"}),
+    "tool_result": frozenset({"type", "tool_use_id", "content"}),
+}
 
 
 class MessagesRequest(BaseModel):
@@ -112,11 +134,19 @@ def _tool_choice(tc: dict[str, Any] | None) -> tuple[Any, bool]:
     raise refuse("tool_choice", f"unknown tool_choice type {kind!r}; use auto, any, tool or none")
 
 
+def _block_kind(b: dict[str, Any], where: str) -> Any:
+    """A block's type, once its keys are checked (an unknown type is left to the caller's 400)."""
+    kind = b.get("type")
+    if kind in _BLOCK_KEYS:
+        refuse_fields(b, where, _BLOCK_KEYS[kind], INERT_FIELDS)
+    return kind
+
+
 def _user_blocks(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     texts: list[str] = []
     for j, b in enumerate(blocks):
-        kind = b.get("type")
+        kind = _block_kind(b, f"{where}.content[{j}]")
         if kind == "tool_result":
             tool_use_id = b.get("tool_use_id")
             if not isinstance(tool_use_id, str):
@@ -125,7 +155,7 @@ def _user_blocks(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any
                 {
                     "role": "tool",
                     "tool_call_id": tool_use_id,
-                    "content": text_of_parts(b.get("content"), f"{where}.content[{j}]"),
+                    "content": text_of_parts(b.get("content"), f"{where}.content[{j}]", INERT_FIELDS),
                 }
             )
         elif kind == "text" and isinstance(b.get("text"), str):
@@ -142,13 +172,13 @@ def _user_blocks(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any
 def _assistant_blocks(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
     texts, thinking, calls = [], [], []
     for j, b in enumerate(blocks):
-        kind = b.get("type")
+        kind = _block_kind(b, f"{where}.content[{j}]")
         if kind == "text":
             texts.append(str(b.get("text", "")))
         elif kind == "thinking":
             thinking.append(str(b.get("thinking", "")))
         elif kind == "redacted_thinking":
-            continue
+            continue  # another model's encrypted reasoning: nothing a template could render
         elif kind == "tool_use":
             if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
                 raise ApiError(400, f"{where}.content[{j}]: tool_use needs string 'id' and 'name'")
@@ -196,15 +226,16 @@ def to_chat_request(req: MessagesRequest) -> ChatRequest:
     template_kwargs = {**effort_thinking(config.get("effort"), "output_config.effort"), **template_kwargs}
     messages: list[dict[str, Any]] = []
     if req.system:
-        messages.append({"role": "system", "content": text_of_parts(req.system, "system")})
+        messages.append({"role": "system", "content": text_of_parts(req.system, "system", INERT_FIELDS, field="")})
     for i, m in enumerate(req.messages):
         where = f"messages[{i}]"
+        refuse_fields(m.model_extra or {}, where, frozenset())
         if m.role not in ("user", "assistant", "system"):
             raise ApiError(
                 400, f"{where}: unknown role {m.role!r}; Anthropic messages take user, assistant (or system)"
             )
         if m.role == "system":  # Claude Code 2.x puts environment notes mid-conversation as a system turn
-            messages.append({"role": "system", "content": text_of_parts(m.content, where)})
+            messages.append({"role": "system", "content": text_of_parts(m.content, where, INERT_FIELDS)})
         elif isinstance(m.content, str):
             messages.append({"role": m.role, "content": m.content})
         elif m.role == "user":

@@ -85,7 +85,7 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
 
     async def chat(request: Request) -> Response:
         req = parse(openai_chat.ChatCompletionRequest, await read_json(request))
-        creq = openai_chat.to_chat_request(req)
+        creq = openai_chat.to_chat_request(req, service.chat)
         name = model_name(req.model)
         if creq.stream:
             usage = bool((req.stream_options or {}).get("include_usage"))

@@ -30,13 +30,23 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from lego.proxies.errors import ApiError, error_body
 from lego.proxies.service import ChatRequest, ChatResult
 from lego.proxies.streaming import LiveReply
-from lego.proxies.wire import chunks, effort_thinking, new_id, refuse, refuse_unknown, sse
+from lego.proxies.wire import chunks, effort_thinking, new_id, refuse, refuse_fields, refuse_unknown, sse
 
-__all__ = ["GenerateContentRequest", "generate_response", "generate_stream", "to_chat_request"]
+__all__ = ["INERT_FIELDS", "GenerateContentRequest", "generate_response", "generate_stream", "to_chat_request"]
 
 # Fields that change nothing the policy samples: accepted as is.
 ADVISORY_FIELDS = frozenset({"safetySettings", "labels"})
-_PART_FIELDS = frozenset({"text", "thought", "thoughtSignature", "functionCall", "functionResponse"})
+# Keys accepted on a part whatever they hold: none changes what the policy samples. Any other key of a
+# content or part is a 400 naming its path, unless null or empty.
+INERT_FIELDS = frozenset(
+    {
+        # An opaque signature over the model's reasoning, echoed back with the part it came on (Gemini
+        # CLI puts a synthetic one on a turn's first functionCall); nothing a template renders.
+        "thoughtSignature",
+    }
+)
+_MODEL_PART_KEYS = frozenset({"text", "thought", "functionCall"})
+_USER_PART_KEYS = frozenset({"text", "functionResponse"})
 _GENERATION_FIELDS = frozenset(
     {
         "temperature",
@@ -92,10 +102,6 @@ class GenerateContentRequest(BaseModel):
         return _camel(data)
 
 
-def _where_fields(obj: dict[str, Any], where: str, known: frozenset[str]) -> None:
-    refuse_unknown({f"{where}.{k}": v for k, v in obj.items() if k not in known}, frozenset())
-
-
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(tools or []):
@@ -106,7 +112,7 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         for j, decl in enumerate(tool.get("functionDeclarations") or []):
             where = f"tools[{i}].functionDeclarations[{j}]"
             decl = _camel(decl)
-            _where_fields(decl, where, frozenset({"name", "description", "parameters", "parametersJsonSchema"}))
+            refuse_fields(decl, where, frozenset({"name", "description", "parameters", "parametersJsonSchema"}))
             if not isinstance(decl.get("name"), str):
                 raise ApiError(400, f"{where}: a function declaration needs a string 'name'", param=where)
             if "parameters" in decl and "parametersJsonSchema" in decl:
@@ -137,10 +143,10 @@ def _tool_choice(config: dict[str, Any] | None, tools: list[dict[str, Any]]) -> 
     if not config:
         return None
     config = _camel(config)
-    _where_fields(config, "toolConfig", frozenset({"functionCallingConfig"}))
+    refuse_fields(config, "toolConfig", frozenset({"functionCallingConfig"}))
     fcc = _camel(config.get("functionCallingConfig") or {})
     where = "toolConfig.functionCallingConfig"
-    _where_fields(fcc, where, frozenset({"mode", "allowedFunctionNames"}))
+    refuse_fields(fcc, where, frozenset({"mode", "allowedFunctionNames"}))
     mode = str(fcc.get("mode") or "AUTO").upper()
     allowed = fcc.get("allowedFunctionNames")
     if allowed is not None and mode != "ANY":
@@ -167,7 +173,7 @@ def _tool_choice(config: dict[str, Any] | None, tools: list[dict[str, Any]]) -> 
 def _generation(config: dict[str, Any] | None) -> dict[str, Any]:
     """ChatRequest keyword arguments from ``generationConfig``."""
     g = _camel(config or {})
-    _where_fields(g, "generationConfig", _GENERATION_FIELDS)
+    refuse_fields(g, "generationConfig", _GENERATION_FIELDS)
     if g.get("candidateCount") not in (None, 1):
         raise refuse("generationConfig.candidateCount", "only one candidate is sampled per call")
     if g.get("responseMimeType") not in (None, "text/plain"):
@@ -184,7 +190,7 @@ def _generation(config: dict[str, Any] | None) -> dict[str, Any]:
     thinking = _camel(g.get("thinkingConfig"))
     if thinking is not None:
         where = "generationConfig.thinkingConfig"
-        _where_fields(thinking, where, frozenset({"thinkingBudget", "includeThoughts", "thinkingLevel"}))
+        refuse_fields(thinking, where, frozenset({"thinkingBudget", "includeThoughts", "thinkingLevel"}))
         budget, level = thinking.get("thinkingBudget"), thinking.get("thinkingLevel")
         if level is not None:
             out["chat_template_kwargs"] = effort_thinking(str(level).lower(), f"{where}.thinkingLevel")
@@ -203,7 +209,7 @@ def include_thoughts(req: GenerateContentRequest) -> bool:
 def _text(content: Content, where: str) -> str:
     texts = []
     for j, part in enumerate(content.parts):
-        _where_fields(part, f"{where}.parts[{j}]", frozenset({"text"}))
+        refuse_fields(part, f"{where}.parts[{j}]", frozenset({"text"}), INERT_FIELDS)
         texts.append(str(part.get("text", "")))
     return "\n".join(texts)
 
@@ -214,11 +220,12 @@ def _model_turn(content: Content, where: str, turn: int) -> dict[str, Any]:
     calls: list[dict[str, Any]] = []
     for j, part in enumerate(content.parts):
         at = f"{where}.parts[{j}]"
-        _where_fields(part, at, _PART_FIELDS - {"functionResponse"})
+        refuse_fields(part, at, _MODEL_PART_KEYS, INERT_FIELDS)
         if "functionCall" in part:
             call = part["functionCall"]
             if not isinstance(call, dict) or not isinstance(call.get("name"), str):
                 raise ApiError(400, f"{at}.functionCall needs a string 'name'", param=f"{at}.functionCall")
+            refuse_fields(call, f"{at}.functionCall", frozenset({"id", "name", "args"}))
             args = json.dumps(call.get("args") or {}, ensure_ascii=False)
             call_id = str(call.get("id") or f"call_{turn}_{len(calls)}")
             calls.append({"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": args}})
@@ -234,17 +241,27 @@ def _model_turn(content: Content, where: str, turn: int) -> dict[str, Any]:
     return out
 
 
+def _joined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Two consecutive model turns as one assistant message (text, reasoning and calls in order)."""
+    out: dict[str, Any] = {"role": "assistant", "content": first["content"] + second["content"]}
+    if reasoning := first.get("reasoning_content", "") + second.get("reasoning_content", ""):
+        out["reasoning_content"] = reasoning
+    if calls := [*first.get("tool_calls", []), *second.get("tool_calls", [])]:
+        out["tool_calls"] = calls
+    return out
+
+
 def _user_turn(content: Content, where: str, open_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     texts = []
     for j, part in enumerate(content.parts):
         at = f"{where}.parts[{j}]"
-        _where_fields(part, at, frozenset({"text", "functionResponse"}))
+        refuse_fields(part, at, _USER_PART_KEYS, INERT_FIELDS)
         if "functionResponse" in part:
             fr = part["functionResponse"]
             if not isinstance(fr, dict) or not isinstance(fr.get("name"), str):
                 raise ApiError(400, f"{at}.functionResponse needs a string 'name'", param=f"{at}.functionResponse")
-            _where_fields(fr, f"{at}.functionResponse", frozenset({"id", "name", "response"}))
+            refuse_fields(fr, f"{at}.functionResponse", frozenset({"id", "name", "response"}))
             call_id = fr.get("id")
             if call_id is None:  # answers the first unanswered call of that name
                 match = next((c for c in open_calls if c["function"]["name"] == fr["name"]), None)
@@ -268,17 +285,21 @@ def to_chat_request(req: GenerateContentRequest, model: str, stream: bool) -> Ch
     if req.systemInstruction is not None:
         messages.append({"role": "system", "content": _text(req.systemInstruction, "systemInstruction")})
     open_calls: list[dict[str, Any]] = []
+    previous: str | None = None
     for i, content in enumerate(req.contents):
         where = f"contents[{i}]"
-        _where_fields(content.model_extra or {}, where, frozenset())
+        refuse_fields(content.model_extra or {}, where, frozenset())
         if content.role == "model":
             turn = _model_turn(content, where, i)
+            if previous == "model":  # one reply in several contents (Google's Chat keeps each streamed chunk)
+                turn = _joined(messages.pop(), turn)
             open_calls = list(turn.get("tool_calls") or [])
             messages.append(turn)
         elif content.role in (None, "user", "function"):
             messages.extend(_user_turn(content, where, open_calls))
         else:
             raise ApiError(400, f"{where}: unknown role {content.role!r}; use user or model", param=f"{where}.role")
+        previous = content.role
     tools = _tools(req.tools)
     return ChatRequest(
         messages=messages,

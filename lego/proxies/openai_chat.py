@@ -1,7 +1,11 @@
 """OpenAI chat completions: request schema, conversion to canonical messages, responses and SSE.
 
 The canonical form is OpenAI chat itself, narrowed: ``developer`` becomes ``system``, content part
-lists become strings, unknown keys are dropped, so that the same history sent twice compares equal.
+lists become strings, ``reasoning`` becomes ``reasoning_content``, null and empty keys and the echoes
+and hints of :data:`INERT_FIELDS` are left out, so that the same history sent twice compares equal
+(the recorder matches a new request against the last one message by message). A message's ``name``
+stays where the model's template renders it (probed once per template) and is a 400 where it does
+not; any other key is a 400 naming its path (``messages[3].foo``).
 Streaming follows the chat-completion chunk shape: a role delta, content / reasoning deltas,
 tool-call deltas (``index``, then ``id``/``name`` once, then argument fragments; sent once the call
 parses), a finish chunk,
@@ -12,17 +16,38 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lego.errors import ChatFormatError
 from lego.proxies.errors import ApiError, error_body
+from lego.proxies.recorder import ChatTemplate
 from lego.proxies.service import ChatRequest, ChatResult
 from lego.proxies.streaming import LiveReply
-from lego.proxies.wire import chunks, effort_thinking, new_id, refuse, refuse_unknown, sse, text_of_parts
+from lego.proxies.wire import (
+    chunks,
+    effort_thinking,
+    new_id,
+    refuse,
+    refuse_fields,
+    refuse_unknown,
+    says_nothing,
+    sse,
+    text_of_parts,
+)
 
-__all__ = ["ChatCompletionRequest", "canonical_tools", "chat_response", "chat_stream", "to_chat_request"]
+__all__ = [
+    "INERT_FIELDS",
+    "ChatCompletionRequest",
+    "canonical_tools",
+    "chat_response",
+    "chat_stream",
+    "template_renders_name",
+    "to_chat_request",
+]
 
 
 class FunctionSpec(BaseModel):
@@ -127,9 +152,14 @@ def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
         raise ApiError(400, f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
     calls = []
     for j, c in enumerate(raw):
+        at = f"{where}.tool_calls[{j}]"
         fn = c.get("function") if isinstance(c, dict) else None
         if not isinstance(fn, dict) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
-            raise ApiError(400, f"{where}.tool_calls[{j}] needs a string 'id' and a 'function' with a string 'name'")
+            raise ApiError(400, f"{at} needs a string 'id' and a 'function' with a string 'name'")
+        if c.get("type", "function") != "function":
+            raise refuse(f"{at}.type", f"tool call type {c['type']!r} is unsupported; use 'function'")
+        refuse_fields(c, at, _CALL_KEYS, INERT_FIELDS)
+        refuse_fields(fn, f"{at}.function", _FUNCTION_KEYS)
         calls.append(
             {
                 "id": c["id"],
@@ -140,14 +170,81 @@ def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
     return calls
 
 
+# Keys accepted on a message, a content part or a tool call whatever they hold: none changes what the
+# policy samples. Keys the OpenAI SDK echoes back null from a reply the proxy never fills (refusal,
+# audio, function_call) pass as null; holding a value, each would be part of a turn that this proxy
+# does not render (a refusal text, an audio reply, a legacy function call), so it is a 400.
+INERT_FIELDS = frozenset(
+    {
+        "annotations",  # url citations echoed from a reply: metadata over `content`, which is what renders
+        "cache_control",  # a prompt-caching hint (OpenRouter, LiteLLM, DashScope; OpenCode sends it for Claude models)
+        "index",  # a tool call's position in the stream's deltas, kept by SDKs that assemble streamed calls
+        "extra_content",  # a tool call's opaque provider signature (Gemini's, which OpenCode echoes back)
+    }
+)
+# What each role's message may hold besides the inert fields (``reasoning``: vLLM's and OpenRouter's
+# name for ``reasoning_content``; Qwen Code sends both, the same text, to Qwen3 models).
+_ROLE_KEYS = {
+    "system": frozenset({"role", "content", "name"}),
+    "developer": frozenset({"role", "content", "name"}),
+    "user": frozenset({"role", "content", "name"}),
+    "assistant": frozenset({"role", "content", "name", "tool_calls", "reasoning_content", "reasoning"}),
+    "tool": frozenset({"role", "tool_call_id", "content", "name"}),
+}
+_CALL_KEYS = frozenset({"id", "type", "function"})
+_FUNCTION_KEYS = frozenset({"name", "arguments"})
+# Canonical messages that need no conversion (the fast path below).
 _CANONICAL_KEYS = {
     "user": {"role", "content"},
     "system": {"role", "content"},
     "tool": {"role", "tool_call_id", "content"},
 }
+_NAME_PROBE = "lego-name-probe-0c5d"
+_names_rendered: weakref.WeakKeyDictionary[ChatTemplate, dict[str, bool]] = weakref.WeakKeyDictionary()
 
 
-def canonical_message(m: Any, i: int) -> dict[str, Any]:
+def template_renders_name(chat: ChatTemplate, role: str) -> bool:
+    """Whether ``chat``'s template writes the ``name`` of a ``role`` message into the prompt: rendered
+    once per chat format on a probe conversation whose ``role`` message is named by a sentinel."""
+    known = _names_rendered.setdefault(chat, {})
+    if role not in known:
+        named: dict[str, Any] = {"role": role, "content": "x", "name": _NAME_PROBE}
+        user: dict[str, Any] = {"role": "user", "content": "u"}
+        call = {"id": "call_probe", "type": "function", "function": {"name": "probe", "arguments": "{}"}}
+        convo: list[dict[str, Any]] = {
+            "system": [named, user],
+            "user": [named],
+            "assistant": [user, named],
+            "tool": [
+                user,
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {**named, "tool_call_id": "call_probe"},
+            ],
+        }.get(role, [named])
+        try:
+            known[role] = _NAME_PROBE in chat.render_text(convo)
+        except (ValueError, ChatFormatError):  # a template that rejects the probe renders no name there
+            known[role] = False
+    return known[role]
+
+
+def _reasoning(m: dict[str, Any], where: str) -> str:
+    texts: dict[str, str] = {}
+    for key in ("reasoning_content", "reasoning"):
+        value = m.get(key)
+        if says_nothing(value):
+            continue
+        if not isinstance(value, str):
+            raise ApiError(400, f"{where}.{key} must be a string", param=f"{where}.{key}")
+        texts[key] = value
+    if len(set(texts.values())) > 1:
+        raise refuse(f"{where}.reasoning", "it differs from reasoning_content; send the reasoning once")
+    return next(iter(texts.values()), "")
+
+
+def canonical_message(m: Any, i: int, chat: ChatTemplate | None = None) -> dict[str, Any]:
+    """``messages[i]`` in canonical form (see the module docstring). A ``name`` is kept where ``chat``'s
+    template renders it (:func:`template_renders_name`) and refused otherwise (and without ``chat``)."""
     if type(m) is dict and isinstance(m.get("content"), str) and m.keys() == _CANONICAL_KEYS.get(m.get("role"), ()):  # type: ignore[arg-type]
         if m["role"] != "tool" or isinstance(m["tool_call_id"], str):
             return m  # already canonical: the common case for long histories, kept copy-free
@@ -155,32 +252,41 @@ def canonical_message(m: Any, i: int) -> dict[str, Any]:
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise ApiError(400, f"{where}: each message must be an object with a string 'role'", param=f"{where}.role")
     role = m["role"]
-    if role in ("system", "developer"):
-        return {"role": "system", "content": text_of_parts(m.get("content"), where)}
-    if role == "user":
-        return {"role": "user", "content": text_of_parts(m.get("content"), where)}
-    if role == "assistant":
-        out: dict[str, Any] = {"role": "assistant", "content": text_of_parts(m.get("content"), where)}
-        reasoning = m.get("reasoning_content")
-        if isinstance(reasoning, str) and reasoning:
-            out["reasoning_content"] = reasoning
-        if m.get("tool_calls"):
-            out["tool_calls"] = _tool_calls(m["tool_calls"], where)
-        return out
+    if role not in _ROLE_KEYS:
+        raise ApiError(
+            400,
+            f"{where}: unknown role {role!r}; use system, developer, user, assistant or tool",
+            param=f"{where}.role",
+        )
+    refuse_fields(m, where, _ROLE_KEYS[role], INERT_FIELDS)
+    role = "system" if role == "developer" else role
+    out: dict[str, Any] = {"role": role}
     if role == "tool":
         if not isinstance(m.get("tool_call_id"), str):
             raise ApiError(400, f"{where}: a tool message needs a string 'tool_call_id'", param=f"{where}.tool_call_id")
-        return {"role": "tool", "tool_call_id": m["tool_call_id"], "content": text_of_parts(m.get("content"), where)}
-    raise ApiError(
-        400, f"{where}: unknown role {role!r}; use system, developer, user, assistant or tool", param=f"{where}.role"
-    )
+        out["tool_call_id"] = m["tool_call_id"]
+    out["content"] = text_of_parts(m.get("content"), where, INERT_FIELDS)
+    if role == "assistant":
+        if reasoning := _reasoning(m, where):
+            out["reasoning_content"] = reasoning
+        if m.get("tool_calls"):
+            out["tool_calls"] = _tool_calls(m["tool_calls"], where)
+    name = m.get("name")
+    if not says_nothing(name):
+        if not isinstance(name, str):
+            raise ApiError(400, f"{where}.name must be a string", param=f"{where}.name")
+        if chat is None or not template_renders_name(chat, role):
+            raise refuse(f"{where}.name", f"the model's chat template does not render the name of a {role} message")
+        out["name"] = name
+    return out
 
 
-def to_chat_request(req: ChatCompletionRequest) -> ChatRequest:
+def to_chat_request(req: ChatCompletionRequest, chat: ChatTemplate | None = None) -> ChatRequest:
+    """``req`` as a canonical call; ``chat``: the model's chat template, asked whether it renders names."""
     _refuse_unsupported(req)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     return ChatRequest(
-        messages=[canonical_message(m, i) for i, m in enumerate(req.messages)],
+        messages=[canonical_message(m, i, chat) for i, m in enumerate(req.messages)],
         tools=canonical_tools(req.tools),
         tool_choice=req.tool_choice,
         max_tokens=req.max_completion_tokens or req.max_tokens,

@@ -4,8 +4,11 @@ and SSE.
 Input items: ``message`` items (roles user/system/developer/assistant), ``function_call`` items,
 ``function_call_output`` items and ``reasoning`` items. Consecutive assistant-side items
 (reasoning, assistant message, function calls) are merged into one canonical assistant message,
-since that is how one turn of ours comes back. ``previous_response_id`` is resolved from the
-responses this proxy served (the caller passes the stored history in).
+since that is how one turn of ours comes back. A key of an item or content part that is not
+converted is a 400 naming its path (``input[4].foo``) unless it is null or empty or one of the
+echoes of :data:`~lego.proxies.responses_request.INERT_FIELDS` (item ``id`` and ``status``, ...).
+``previous_response_id`` is resolved from the responses this proxy served (the caller passes the
+stored history in).
 
 Streaming: ``response.created``, ``response.in_progress``, then per output item
 ``response.output_item.added``, its deltas (``response.reasoning_text.delta``;

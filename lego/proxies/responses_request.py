@@ -13,17 +13,45 @@ from lego.proxies.wire import (
     IMAGE_PART_TYPES,
     effort_thinking,
     refuse,
+    refuse_fields,
     refuse_unknown,
+    says_nothing,
     text_of_parts,
 )
 
-__all__ = ["ADVISORY_FIELDS", "ResponsesRequest", "input_messages", "to_chat_request", "tool_namespaces"]
+__all__ = [
+    "ADVISORY_FIELDS",
+    "INERT_FIELDS",
+    "ResponsesRequest",
+    "input_messages",
+    "to_chat_request",
+    "tool_namespaces",
+]
 
 
 # Fields that change nothing the policy samples (ids, storage and cache hints): accepted as is.
 ADVISORY_FIELDS = frozenset(
     {"store", "user", "safety_identifier", "service_tier", "prompt_cache_key", "client_metadata"}
 )
+# Keys accepted on an input item or a content part whatever they hold: none changes what the policy samples.
+# Any other key of an item or part is a 400 naming its path, unless null or empty.
+INERT_FIELDS = frozenset(
+    {
+        "id",  # an item's id, echoed back with the item (Codex sends every item with one)
+        "status",  # an item's completion status, echoed back with it
+        "annotations",  # citations over an output_text part's `text`, which is what renders
+        "logprobs",  # an output_text part's sampled-token logprobs, echoed back as this proxy sent them
+        "namespace",  # the namespace a function_call's tool was declared in, as this proxy answered it
+        "summary",  # a reasoning item's display summary; the reasoning itself is its `content`
+    }
+)
+_ITEM_KEYS = {
+    "message": frozenset({"type", "role", "content"}),
+    "function_call": frozenset({"type", "call_id", "name", "arguments"}),
+    "function_call_output": frozenset({"type", "call_id", "output"}),
+    "reasoning": frozenset({"type", "content"}),
+}
+_REASONING_PART_KEYS = frozenset({"type", "text"})
 # ``include`` values: logprobs are honoured; encrypted reasoning is asked for "if any" and we keep none.
 _INCLUDE = frozenset({"message.output_text.logprobs", "reasoning.encrypted_content"})
 
@@ -115,12 +143,28 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return out
 
 
-def _content_text(content: Any, where: str) -> str:
+def _content_text(content: Any, where: str, field: str = "content") -> str:
     if isinstance(content, list):
         for j, part in enumerate(content):
             if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
-                raise ApiError(400, f"{where}.content[{j}]: images are unsupported; send text only")
-    return text_of_parts(content, where)
+                raise ApiError(400, f"{where}.{field}[{j}]: images are unsupported; send text only")
+    return text_of_parts(content, where, INERT_FIELDS, field)
+
+
+def _reasoning_text(content: Any, where: str) -> str:
+    """The text of a reasoning item's ``reasoning_text`` parts."""
+    if says_nothing(content):
+        return ""
+    if not isinstance(content, list):
+        raise ApiError(400, f"{where}.content must be a list of reasoning_text parts", param=f"{where}.content")
+    texts = []
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        if not isinstance(part, dict) or part.get("type") != "reasoning_text" or not isinstance(part.get("text"), str):
+            raise ApiError(400, f"{at}: a reasoning item's content holds reasoning_text parts", param=at)
+        refuse_fields(part, at, _REASONING_PART_KEYS, INERT_FIELDS)
+        texts.append(part["text"])
+    return "".join(texts)
 
 
 def input_messages(items: str | list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
@@ -142,6 +186,9 @@ def input_messages(items: str | list[dict[str, Any]], instructions: str | None) 
         if not isinstance(item, dict):
             raise ApiError(400, f"{where}: each input item must be an object")
         kind = item.get("type", "message" if "role" in item else None)
+        if kind not in _ITEM_KEYS:
+            raise ApiError(400, f"{where}: unsupported input item type {kind!r}")
+        refuse_fields(item, where, _ITEM_KEYS[kind], INERT_FIELDS)
         if kind == "message":
             role = item.get("role")
             text = _content_text(item.get("content"), where)
@@ -164,20 +211,20 @@ def input_messages(items: str | list[dict[str, Any]], instructions: str | None) 
             turn().setdefault("tool_calls", []).append(call)
             continue
         elif kind == "reasoning":
-            parts = item.get("content") or []
-            text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
-            if text:
+            if text := _reasoning_text(item.get("content"), where):
                 t = turn()
                 t["reasoning_content"] = t.get("reasoning_content", "") + text
             continue
-        elif kind == "function_call_output":
+        else:
             if not isinstance(item.get("call_id"), str):
                 raise ApiError(400, f"{where}: a function_call_output item needs a string 'call_id'")
             out.append(
-                {"role": "tool", "tool_call_id": item["call_id"], "content": _content_text(item.get("output"), where)}
+                {
+                    "role": "tool",
+                    "tool_call_id": item["call_id"],
+                    "content": _content_text(item.get("output"), where, "output"),
+                }
             )
-        else:
-            raise ApiError(400, f"{where}: unsupported input item type {kind!r}")
         open_turn = None
     return out
 

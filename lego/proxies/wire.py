@@ -1,4 +1,11 @@
-"""Small helpers shared by the three API modules: SSE framing, ids, text parts, chunking."""
+"""Small helpers shared by the API modules: SSE framing, ids, text parts, chunking, refusals.
+
+Message-level fields follow one rule on every face (:func:`refuse_fields`): a key the face
+converts is honoured; a key in the face's named set of echoes and hints (what its SDKs send back
+from a reply, cache hints, citations, signatures) is accepted because it changes nothing the
+policy samples; a key whose value is null or empty says nothing and is accepted; anything else is
+a 400 naming its exact path (``messages[3].name``).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +16,21 @@ from typing import Any
 
 from lego.proxies.errors import ApiError
 
-__all__ = ["chunks", "effort_thinking", "new_id", "refuse", "refuse_unknown", "sse", "text_of_parts"]
+__all__ = [
+    "chunks",
+    "effort_thinking",
+    "new_id",
+    "refuse",
+    "refuse_fields",
+    "refuse_unknown",
+    "says_nothing",
+    "sse",
+    "text_of_parts",
+]
 
 IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image", "input_audio", "file", "input_file", "document"})
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+_TEXT_PART_KEYS = frozenset({"type", "text"})
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
@@ -26,8 +44,10 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:24]}"
 
 
-def text_of_parts(content: Any, where: str) -> str:
-    """A message content (a string or a list of parts) as plain text; images are refused with a 400."""
+def text_of_parts(content: Any, where: str, inert: frozenset[str] = frozenset(), field: str = "content") -> str:
+    """A message content (a string or a list of text parts) as plain text; images are refused with a
+    400, and so is any key of a part other than ``type``, ``text`` and the face's ``inert`` ones
+    (named by its path: ``{where}.{field}[i].key``, or ``{where}[i].key`` without a field)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -48,6 +68,7 @@ def text_of_parts(content: Any, where: str) -> str:
             raise ApiError(400, f"{where}: images are unsupported (content part {i} has type {kind!r}); send text only")
         if kind not in TEXT_PART_TYPES or not isinstance(part.get("text"), str):
             raise ApiError(400, f"{where}: content part {i} of type {kind!r} is unsupported; use text parts")
+        refuse_fields(part, f"{where}.{field}[{i}]" if field else f"{where}[{i}]", _TEXT_PART_KEYS, inert)
         texts.append(part["text"])
     return "\n".join(texts)
 
@@ -71,6 +92,19 @@ def refuse_unknown(extra: dict[str, Any] | None, advisory: frozenset[str]) -> No
     for name in extra or {}:
         if name not in advisory:
             raise refuse(name, "this proxy does not support this request field")
+
+
+def says_nothing(value: Any) -> bool:
+    """A null or empty value (None, "", [], {}): the request means the same with or without it."""
+    return value is None or (isinstance(value, str | list | dict) and not value)
+
+
+def refuse_fields(obj: dict[str, Any], where: str, known: frozenset[str], inert: frozenset[str] = frozenset()) -> None:
+    """The 400 for the first key of ``obj`` (a message, item, block or part at ``where``) that the face
+    neither converts (``known``) nor lists as an echo or hint (``inert``), unless its value says nothing."""
+    for key, value in obj.items():
+        if key not in known and key not in inert and not says_nothing(value):
+            raise refuse(f"{where}.{key}", "this proxy does not support this field here")
 
 
 _EFFORT_OFF = frozenset({"none", "minimal"})
