@@ -18,12 +18,17 @@ def test_bench_learn_writes_before_after_and_plot(tiny_model_dir: Path, tmp_path
         "algorithm.group_size=2",
         "harness.max_turns=1",
         "training.concurrency=2",
+        "eval.temperatures=[1.0]",
+        "eval.sweep_samples=1",
+        "eval.pass_at_k=[1]",
     )
-    report = run_bench(tmp_path / "b", minutes=0.0, limit=1, samples=1, seed=0, overrides=overrides)
+    report = run_bench(tmp_path / "b", minutes=0.0, limit=1, seed=0, overrides=overrides)
     assert report["steps"] == report["steps_run"] == 1  # the budget is checked after a step: one always runs
     assert report["after_within_budget"] is False  # ...and with a 0-minute budget it ended past it
-    assert report["before"]["n_samples"] == 1 and report["after"]["n_samples"] == 1
-    assert report["before"]["n_infra"] == 0 and report["after"]["n_infra"] == 0
+    before, after = report["before_sweep"]["points"][0], report["after_sweep"]["points"][0]
+    assert before["n_samples"] == 1 and after["n_samples"] == 1
+    assert before["n_infra"] == 0 and after["n_infra"] == 0
+    assert report["comparison"]["best_vs_best"]["n_tasks"] == 1
     assert report["after_checkpoint"].endswith("step_000001")
     assert report["pearson_min"] is not None and report["pearson_min"] > 0.99
     saved = json.loads((tmp_path / "b" / "learn.json").read_text())

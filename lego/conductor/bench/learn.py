@@ -1,16 +1,22 @@
-"""`lego bench learn`: does the default `lego train` raise held-out pass@1 in a fixed wall-clock budget?
+"""`lego bench learn`: does the default `lego train` raise held-out pass@1 beyond what a temperature knob gives?
 
-The figure that matters for the embedded default: the starting policy's held-out pass@1 against
-the pass@1 of the policy after ``--minutes`` of the default RL loop, both measured through the eval
-code (:func:`lego.eval.runner.run_eval` with the production rollout, :func:`lego.conductor.eval_samples.eval_sample_fn`)
-on the same tasks with the same per-sample seeds, so the delta is paired (bootstrap CI and p-value
-from :mod:`lego.eval.matrix`). The "before" policy is the baseline measured in the same run.
+RL that only sharpens a policy does what a lower sampling temperature does, so a comparison at one
+shared temperature can credit RL with a temperature change. This bench compares fairly: (1) the start
+policy (``engine.model``) is sampled on the held-out tasks at every temperature of
+``eval.temperatures``, ``eval.sweep_samples`` samples per task each, into ``OUT/eval/T<temperature>``;
+(2) ``lego train`` runs with ``OUT/train`` as its run dir, a checkpoint every step, until ``--minutes``
+are spent (the step in flight finishes); (3) the last checkpoint saved within the budget is sampled at
+the same temperatures, tasks and per-sample seeds (the start's samples are reused); (4)
+:func:`lego.eval.sweep.compare_sweeps` scores each policy at its own best temperature (best-vs-best:
+paired bootstrap CI and permutation p-value that re-pick the temperatures, plus a selection-free
+split-half estimate), every same-temperature delta, and unbiased pass@k before and after; (5)
+``OUT/learn.json`` (every number, eval and training wall times) and ``OUT/learn.png``
+(:mod:`lego.conductor.bench.learn_plot`).
 
-Steps: (1) evaluate the start policy (``engine.model`` of the config) into ``OUT/eval``; (2) run
-``lego train`` with ``OUT/train`` as its run dir, a checkpoint every step, until the budget is spent
-(the step in flight finishes); (3) evaluate the last checkpoint saved within the budget into the
-same ``OUT/eval`` (the start policy's samples are reused); (4) write ``OUT/learn.json`` and ``OUT/learn.png`` (reward,
-held-out pass@1 before/after with CIs, and the rollout-train Pearson per step).
+All samples go through the eval code with the production rollout
+(:func:`lego.conductor.eval_samples.eval_sample_fn`), so the numbers come from the same rollout code
+as training; ``eval.max_tokens`` bounds each policy completion and ``eval.concurrency`` the samples
+in flight (:mod:`lego.conductor.bench.learn_sweep`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 import click
 
+from lego.errors import ConfigError
 from lego.io import atomic_write_json
 
 __all__ = ["command", "pick_checkpoint", "run_bench"]
@@ -29,28 +36,6 @@ __all__ = ["command", "pick_checkpoint", "run_bench"]
 
 class _BudgetSpent(Exception):
     """Raised from the step callback once the wall-clock budget is used up (after the step is saved)."""
-
-
-def _evaluate(cfg: Any, policies: dict[str, str], tasks: list[Any], out: Path, samples: int, seed: int) -> Any:
-    from lego.conductor.eval_samples import eval_sample_fn
-    from lego.eval.results import EvalSpec, PolicySpec
-    from lego.eval.runner import run_eval
-
-    names = list(policies)
-    specs = [PolicySpec(name=n, model=m, base=names[0] if i else None) for i, (n, m) in enumerate(policies.items())]
-    spec = EvalSpec(
-        policies=specs,
-        harnesses=[cfg.harness.name],
-        task_ids=[t.instance_id for t in tasks],
-        samples=samples,
-        seed=seed,
-        tasks_source=f"{cfg.tasks.source}:{cfg.tasks.eval_split}",
-        temperature=cfg.algorithm.temperature,
-        max_turns=cfg.harness.max_turns,
-        timeout_s=cfg.harness.timeout_s,
-    )
-    run_sample = eval_sample_fn(spec, {t.instance_id: t for t in tasks}, out, cfg)
-    return run_eval(spec, run_sample, out, concurrency=cfg.eval.concurrency)
 
 
 def pick_checkpoint(
@@ -73,67 +58,42 @@ def pick_checkpoint(
     return load_latest(run_root), None, None
 
 
-def _cell(results: Any, policy: str) -> dict[str, Any]:
-    cell = next(c for c in results.cells if c.policy == policy)
-    return {
-        "pass1": cell.pass1,
-        "ci95": [cell.ci_low, cell.ci_high],
-        "n_tasks": cell.n_tasks,
-        "n_samples": cell.n_samples,
-        "n_infra": cell.n_infra,
-        "terminations": cell.terminations,
-        "mean_turns": cell.mean_turns,
-    }
-
-
-def _plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    from lego.eval.plots import save_png
-
-    xs = [s["step"] for s in steps]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    axes[0].plot(xs, [s["metrics"].get("reward/mean", 0.0) for s in steps], marker="o")
-    axes[0].set(title="train reward (mean per step)", xlabel="step", ylim=(-0.02, 1.02))
-    b, a = report["before"], report["after"]
-    last = report.get("steps") or (xs[-1] if xs else 1)  # the step of the checkpoint evaluated
-    for x, cell, label in ((0, b, "start"), (last, a, "after training")):
-        if cell:
-            lo, hi = cell["ci95"]
-            axes[1].errorbar([x], [cell["pass1"]], yerr=[[cell["pass1"] - lo], [hi - cell["pass1"]]], fmt="o",
-                             capsize=4, label=label)  # fmt: skip
-    val = [(s["step"], v) for s in steps for k, v in s["metrics"].items() if k.startswith("val/pass1@")]
-    if val:
-        axes[1].plot(*zip(*val, strict=True), marker=".", linestyle="--", label="validation during training")
-    axes[1].set(
-        title=f"held-out pass@1 (95% CI, n={b['n_tasks'] if b else 0} tasks)", xlabel="step", ylim=(-0.02, 1.02)
+def _headline(cmp: dict[str, Any]) -> str:
+    b = cmp["best_vs_best"]
+    lo, hi = b["ci95"]
+    split = b.get("split")
+    tail = ""
+    if split is not None:
+        s = split["scored"]
+        tail = (
+            f"; selection-free (temperatures chosen on even samples, scored on odd): {100 * s['delta']:+.1f} "
+            f"[{100 * s['ci95'][0]:+.1f}, {100 * s['ci95'][1]:+.1f}]"
+        )
+    return (
+        f"best-vs-best held-out pass@1 {100 * b['after']:.1f}% (trained, T={b['after_temperature']:g}) vs "
+        f"{100 * b['before']:.1f}% (start, T={b['before_temperature']:g}): {100 * b['delta']:+.1f} points "
+        f"[{100 * lo:+.1f}, {100 * hi:+.1f}], p={b['p_value']:.3g}{tail}"
     )
-    axes[1].legend(fontsize=8)
-    pear = [(x, s["metrics"].get("training/rollout_actor_probs_pearson_corr")) for x, s in zip(xs, steps, strict=True)]
-    pear = [(x, p) for x, p in pear if p is not None]
-    if pear:
-        axes[2].plot(*zip(*pear, strict=True), marker="o")
-    axes[2].axhline(0.999, color="red", linestyle=":", label="0.999 (acceptance floor)")
-    low = min([p for _, p in pear] + [0.999])
-    axes[2].set(title="rollout-train Pearson", xlabel="step", ylim=(low - 0.0005, 1.0002))
-    axes[2].ticklabel_format(axis="y", useOffset=False)
-    axes[2].legend(fontsize=8)
-    save_png(fig, path)
 
 
 def run_bench(
     out: Path,
     minutes: float,
     limit: int | None,
-    samples: int,
     seed: int,
     config: str | None = None,
     overrides: tuple[str, ...] = (),
     eval_seed: int | None = None,
+    factory: Any = None,
 ) -> dict[str, Any]:
-    """The whole benchmark (see the module doc); returns the report also written to ``learn.json``."""
+    """The whole benchmark (see the module doc); returns the report also written to ``learn.json``.
+
+    ``factory`` replaces the production sample function of the sweeps (a
+    :class:`lego.eval.runner.SampleFnFactory`; tests pass a deterministic one)."""
     from rich.console import Console
 
+    from lego.conductor.bench.learn_plot import plot_learn
+    from lego.conductor.bench.learn_sweep import compare_policies, point_counters, run_sweep
     from lego.conductor.cli.eval import load_tasks
     from lego.conductor.loop import train
     from lego.config import load_config
@@ -154,26 +114,33 @@ def run_bench(
     )
     tasks = load_tasks(f"{cfg.tasks.source}:{cfg.tasks.eval_split}", limit)
     start_model = cfg.engine.model
+    temps = list(cfg.eval.temperatures)
+    n = cfg.eval.sweep_samples
     report: dict[str, Any] = {
         "minutes": minutes,
         "start_model": start_model,
         "tasks": len(tasks),
-        "samples": samples,
+        "samples": n,
+        "temperatures": temps,
+        "pass_at_k": list(cfg.eval.pass_at_k),
+        "train_temperature": cfg.algorithm.temperature,
+        "eval_max_tokens": cfg.eval.max_tokens,
+        "eval_concurrency": cfg.eval.concurrency,
         "seed": seed,
         "eval_seed": eval_seed,
-        "before": None,
-        "after": None,
+        "comparison": None,
     }
     t0 = time.monotonic()
-    console.print(f"[1/3] held-out pass@1 of the start policy: {len(tasks)} tasks x {samples} samples")
-    before = _evaluate(cfg, {"start": start_model}, tasks, out / "eval", samples, eval_seed)
-    report["before"] = _cell(before, "start")
-    report["eval_before_s"] = round(time.monotonic() - t0, 1)
-    console.print(f"      pass@1 {report['before']['pass1']:.3f} {report['before']['ci95']}")
+    console.print(
+        f"[1/3] the start policy on {len(tasks)} held-out tasks x {n} samples at T = {', '.join(map(str, temps))}"
+    )
+    before, wall = run_sweep(cfg, {"start": start_model}, tasks, out / "eval", eval_seed, factory)
+    report["before_sweep"] = {"wall_s": round(wall, 1), "points": point_counters(before, "start")}
+    for p in report["before_sweep"]["points"]:
+        console.print(f"      T={p['temperature']:g}: pass@1 {p['pass1_all_tasks']:.3f} {p['ci95_all_tasks']}")
 
     t_train = time.monotonic()
     budget = minutes * 60.0
-
     ended: list[tuple[int, float]] = []  # (step, seconds since training started) when its checkpoint was saved
 
     def stop_when_spent(step: int, metrics: dict[str, float]) -> None:
@@ -186,9 +153,9 @@ def run_bench(
         "within the budget is the one evaluated)"
     )
     try:
-        run = train(cfg, console=console, on_step=stop_when_spent)
+        train(cfg, console=console, on_step=stop_when_spent)
     except _BudgetSpent:
-        run = None
+        pass
     report["train_s"] = round(time.monotonic() - t_train, 1)
     run_root = Path(cfg.training.out_dir)
     steps = read_jsonl(run_root / "metrics.jsonl") if (run_root / "metrics.jsonl").is_file() else []
@@ -198,16 +165,13 @@ def run_bench(
     report["steps"] = within_step if within_step is not None else len(steps)
     report["after_train_s"] = round(within_s, 1) if within_s is not None else report["train_s"]
     if steps and pick is not None:
-        ckpt = str(pick)
-        console.print(f"[3/3] held-out pass@1 after {report['steps']} steps ({ckpt})")
-        t_after = time.monotonic()
-        after = _evaluate(cfg, {"start": start_model, "trained": ckpt}, tasks, out / "eval", samples, eval_seed)
-        report["after"] = _cell(after, "trained")
-        report["after_checkpoint"] = ckpt
-        report["eval_after_s"] = round(time.monotonic() - t_after, 1)
-        delta = next((d for d in after.deltas if d.policy == "trained"), None)
-        if delta is not None:
-            report["delta"] = {"pass1": delta.delta, "ci95": [delta.ci_low, delta.ci_high], "p_value": delta.p_value}
+        report["after_checkpoint"] = str(pick)
+        console.print(f"[3/3] the trained policy after {report['steps']} steps ({pick}) at the same temperatures")
+        comparison, after = compare_policies(cfg, start_model, str(pick), tasks, out / "eval", eval_seed, factory)
+        report["after_sweep"] = after
+        report["comparison"] = comparison.model_dump(mode="json")
+        report["headline"] = _headline(report["comparison"])
+        console.print(f"      {report['headline']}")
     pearsons = [s["metrics"].get("training/rollout_actor_probs_pearson_corr") for s in steps]
     report["pearson_min"] = min((p for p in pearsons if p is not None), default=None)
     report["per_step"] = [
@@ -221,10 +185,20 @@ def run_bench(
         for s in steps
     ]
     report["total_s"] = round(time.monotonic() - t0, 1)
-    _plot(steps, report, out / "learn.png")
+    plot_learn(report, out / "learn.png")
     atomic_write_json(out / "learn.json", report, indent=1)
-    del run
     return report
+
+
+def _temperatures(value: str | None) -> list[str]:
+    """``--temperatures 0.6,0.8,1.0`` as a config override; a bad list names the flag and the fix."""
+    if value is None:
+        return []
+    try:
+        temps = [float(t) for t in value.split(",") if t.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--temperatures {value!r}: give comma-separated numbers, e.g. 0.6,0.8,1.0,1.2") from exc
+    return [f"eval.temperatures=[{', '.join(map(str, temps))}]"]
 
 
 @click.command("learn")
@@ -232,7 +206,18 @@ def run_bench(
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default="runs/bench-learn",
               show_default=True)  # fmt: skip
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="Held-out tasks evaluated.")
-@click.option("--samples", type=click.IntRange(min=1), default=4, show_default=True, help="Samples per task.")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=None,
+    help="eval.sweep_samples: samples per task at each temperature (default 8; at least the largest eval.pass_at_k).",
+)
+@click.option(
+    "--temperatures",
+    default=None,
+    metavar="T1,T2,...",
+    help="eval.temperatures: the sweep both policies are sampled at (default 0.6,0.8,1.0,1.2).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Training seed (and eval seed by default).")
 @click.option(
     "--eval-seed",
@@ -252,12 +237,15 @@ def command(
     minutes: float,
     out_dir: Path,
     limit: int,
-    samples: int,
+    samples: int | None,
+    temperatures: str | None,
     seed: int,
     eval_seed: int | None,
     config: str | None,
     overrides: tuple[str, ...],
 ) -> None:
-    """Held-out pass@1 before and after `lego train` runs for --minutes (JSON + PNG in --out)."""
-    report = run_bench(out_dir, minutes, limit, samples, seed, config, overrides, eval_seed=eval_seed)
+    """Held-out pass@1 of the start and the trained policy over a temperature sweep, compared at each one's
+    best temperature, with pass@k before and after (JSON + PNG in --out)."""
+    extra = [*_temperatures(temperatures), *([f"eval.sweep_samples={samples}"] if samples is not None else [])]
+    report = run_bench(out_dir, minutes, limit, seed, config, (*overrides, *extra), eval_seed=eval_seed)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "per_step"}, indent=1))
