@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from lego.config import LegoConfig
 from lego.types import Task
 
-__all__ = ["sample_seed", "step_harnesses", "step_tasks", "trained_harness"]
+__all__ = ["sample_seed", "step_harnesses", "step_tasks", "trained_harness", "training_harnesses"]
 
 
 def sample_seed(*parts: object) -> int:
@@ -57,9 +57,14 @@ def step_harnesses(tasks: Sequence[Task], cfg: LegoConfig, step: int) -> list[st
     return [str(h) for h in out]
 
 
+def training_harnesses(cfg: LegoConfig) -> list[str]:
+    """The harnesses a run trains in, sorted: those ``harness.weights`` gives a positive weight, else
+    ``harness.name`` (task metadata may pin others; the config cannot know those)."""
+    return sorted(n for n, w in cfg.harness.weights.items() if w > 0) or [cfg.harness.name]
+
+
 def trained_harness(cfg: LegoConfig) -> str:
     """What ``lego_meta.json`` records as the harness a checkpoint was trained in: ``harness.name``,
-    or the weighted harnesses joined by ``+`` for a mixed run (the eval's transfer matrix marks none
-    of its columns as the training harness then)."""
-    mixed = sorted(n for n, w in cfg.harness.weights.items() if w > 0)
-    return "+".join(mixed) if len(mixed) > 1 else (mixed[0] if mixed else cfg.harness.name)
+    or the weighted harnesses joined by ``+`` for a mixed run (the eval's transfer matrix then marks
+    every one of them as in-distribution: :func:`lego.eval.matrix.trained_in`)."""
+    return "+".join(training_harnesses(cfg))

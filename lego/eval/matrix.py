@@ -7,6 +7,10 @@ TRAINED=BASE``). Without that, when a policy is literally named ``base``, every 
 checkpoint records a ``trained_harness`` is compared against it. The reserved ``oracle`` policy is
 never given a base.
 
+A policy's training harness comes from its checkpoint's ``lego_meta.json``: one name, or for a
+mixed-harness run the weighted harnesses joined by ``+`` (``lego-agent+mini-swe-agent``); every one
+of them is in-distribution in the transfer matrix (:func:`trained_in`).
+
 Infrastructure failures are counted per cell (``n_infra``, ``infra_rate``) and left out of every
 score: a sample the harness or sandbox lost says nothing about the policy.
 """
@@ -20,10 +24,18 @@ from collections.abc import Iterable
 import numpy as np
 
 from lego.eval.estimators import bootstrap_ci, mean_pass_at_k, paired_bootstrap, sign_flip_pvalue
-from lego.eval.results import CellSummary, DeltaSummary, EvalResults, EvalSpec, SampleResult, TransferRow
+from lego.eval.results import (
+    CellSummary,
+    DeltaSummary,
+    EvalResults,
+    EvalSpec,
+    PolicySpec,
+    SampleResult,
+    TransferRow,
+)
 from lego.types import INFRA_LABELS
 
-__all__ = ["assign_bases", "cell_metrics", "summarize", "summarize_cell"]
+__all__ = ["assign_bases", "cell_metrics", "summarize", "summarize_cell", "trained_in"]
 
 
 def _mean(xs: list[float]) -> float:
@@ -84,6 +96,11 @@ def summarize_cell(policy: str, harness: str, samples: list[SampleResult], n_boo
     )
 
 
+def trained_in(trained_harness: str | None) -> list[str]:
+    """The harnesses a checkpoint's ``trained_harness`` names (a mixed run's are joined by ``+``)."""
+    return [h for h in (trained_harness or "").split("+") if h]
+
+
 def assign_bases(spec: EvalSpec) -> dict[str, str]:
     """Policy name -> its base policy's name, by the rule in the module docstring."""
     names = {p.name for p in spec.policies}
@@ -139,17 +156,22 @@ def summarize(spec: EvalSpec, samples: list[SampleResult]) -> EvalResults:
     ]
     pass1 = {(c.policy, c.harness): c.pass1 for c in cells}
     delta_of = {(d.policy, d.harness): d.delta for d in deltas}
-    # rows in the column order of their training harness, so the diagonal is "evaluated where trained"
+    # rows in the column order of their (first) training harness, so the diagonal is "evaluated where trained"
     order = {h: i for i, h in enumerate(spec.harnesses)}
     trained = [p for p in spec.policies if p.trained_harness]
+
+    def row_order(p: PolicySpec) -> tuple[int, str]:
+        return min((order[h] for h in trained_in(p.trained_harness) if h in order), default=len(order)), p.name
+
     transfer = [
         TransferRow(
             policy=p.name,
             trained_harness=p.trained_harness or "",
+            in_distribution=[h for h in spec.harnesses if h in trained_in(p.trained_harness)],
             pass1={h: pass1[(p.name, h)] for h in spec.harnesses if (p.name, h) in pass1},
             delta={h: delta_of[(p.name, h)] for h in spec.harnesses if (p.name, h) in delta_of},
         )
-        for p in sorted(trained, key=lambda p: (order.get(p.trained_harness or "", len(order)), p.name))
+        for p in sorted(trained, key=row_order)
     ]
     return EvalResults(
         spec=spec, samples=kept, cells=cells, deltas=deltas, transfer=transfer, missing=len(wanted) - len(kept)

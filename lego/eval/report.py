@@ -143,12 +143,14 @@ def tables(results: EvalResults) -> dict[str, tuple[list[str], list[list[str]]]]
             ],
         )
     if results.transfer:
-        out["Transfer: trained-in × evaluated-in, pass@1 (%) (delta vs base)"] = (
+        out["Transfer: trained-in × evaluated-in, pass@1 (%) (delta vs base); * = trained in"] = (
             ["policy (trained in)", *spec.harnesses],
             [
                 [f"{r.policy} ({r.trained_harness})"]
                 + [
-                    fmt_pct(r.pass1.get(h, math.nan)) + (f" ({fmt_pct(r.delta[h], True)})" if h in r.delta else "")
+                    fmt_pct(r.pass1.get(h, math.nan))
+                    + (f" ({fmt_pct(r.delta[h], True)})" if h in r.delta else "")
+                    + ("*" if h in r.in_distribution else "")
                     for h in spec.harnesses
                 ]
                 for r in results.transfer
@@ -212,7 +214,7 @@ def _transfer_heatmap(results: EvalResults, path: Path) -> Path:
             src = r.delta if use_delta else r.pass1
             if h in src:
                 vals[i, j] = src[h]
-                labels[i][j] = fmt_pct(src[h], signed=use_delta) + ("*" if h == r.trained_harness else "")
+                labels[i][j] = fmt_pct(src[h], signed=use_delta) + ("*" if h in r.in_distribution else "")
     rows = [f"{r.policy}\n(trained in {r.trained_harness})" for r in results.transfer]
     if use_delta:
         lim = max(0.05, float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 0.05)

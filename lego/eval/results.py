@@ -266,6 +266,11 @@ class TransferRow(BaseModel):
 
     policy: str
     trained_harness: str
+    in_distribution: list[str] = Field(
+        default_factory=list,
+        description="The evaluated harnesses the policy was trained in (all of a mixed run's, whose "
+        "trained_harness joins them with '+'); the matrix marks them with *.",
+    )
     pass1: dict[str, float] = Field(default_factory=dict, description="Evaluated harness -> pass@1.")
     delta: dict[str, float] = Field(default_factory=dict, description="Evaluated harness -> delta vs base.")
 

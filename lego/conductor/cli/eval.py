@@ -112,8 +112,10 @@ def _load_factory(target: str) -> SampleFnFactory:
 
 def run_defaults(run_dir: str | Path) -> dict[str, Any]:
     """What ``--from-run RUN_DIR`` sets: the run's latest checkpoint (``trained``) against the model it
-    started from (``start``), and the eval options the run itself used, from ``RUN_DIR/config.toml``."""
+    started from (``start``), in every harness it trained in (``harness.weights``' for a mixed run, else
+    ``harness.name``), and the eval options the run itself used, from ``RUN_DIR/config.toml``."""
     from lego.conductor.checkpoint import load_latest
+    from lego.conductor.step_plan import training_harnesses
     from lego.config import load_config
 
     root = Path(run_dir)
@@ -128,7 +130,7 @@ def run_defaults(run_dir: str | Path) -> dict[str, Any]:
     return {
         "policies": ("start=" + cfg.engine.model, f"trained={latest}"),
         "bases": ("trained=start",),
-        "harnesses": (cfg.harness.name,),
+        "harnesses": tuple(training_harnesses(cfg)),
         "tasks_arg": f"{cfg.tasks.source}:{cfg.tasks.eval_split}",
         "engine": cfg.engine.kind if cfg.engine.kind in ("transformers", "vllm") else "transformers",
         "out_dir": str(root / "eval"),
@@ -165,7 +167,7 @@ def run_defaults(run_dir: str | Path) -> dict[str, Any]:
     "harnesses",
     multiple=True,
     metavar="NAME",
-    help="eval.harnesses: a harness to evaluate in (repeatable).",
+    help="eval.harnesses: a harness to evaluate in (repeatable); with --from-run, one more beside the run's own.",
 )
 @click.option(
     "--from-run",
@@ -174,8 +176,8 @@ def run_defaults(run_dir: str | Path) -> dict[str, Any]:
     default=None,
     metavar="RUN_DIR",
     help="Evaluate a `lego train` run with its own config.toml (engine, proxy, sandbox, harness settings): its "
-    "latest checkpoint against its start model, on its held-out split, in its harness, at its temperature, into "
-    "RUN_DIR/eval (-o and flags still win).",
+    "latest checkpoint against its start model, on its held-out split, in every harness it trained in (--harness "
+    "adds more), at its temperature, into RUN_DIR/eval (-o and the other flags still win).",
 )
 @click.option(
     "--tasks",
@@ -243,6 +245,7 @@ def eval_group(
       lego eval --policy oracle --policy tiny=default --harness lego-agent --harness aider --samples 2
       lego eval --policy base=Qwen/Qwen3-0.6B --policy rl=runs/x/checkpoints/step_0100 --harness lego-agent
       lego eval --from-run runs/default --limit 100 --samples 4
+      lego eval --from-run runs/mixed --harness aider       # a mixed run's harnesses, and aider
       lego eval -c my_eval.toml --policy rl=runs/x/checkpoints/step_0100 -o sandbox.kind=docker
       lego eval report runs/eval
     """
@@ -260,6 +263,7 @@ def eval_group(
         config = str(Path(from_run) / "config.toml")
         if not policies:
             policies, bases = run["policies"], bases or run["bases"]
+        harnesses = tuple(dict.fromkeys([*run["harnesses"], *harnesses])) if harnesses else ()
         base = {
             "eval.harnesses": list(run["harnesses"]),
             "eval.tasks": run["tasks_arg"],
