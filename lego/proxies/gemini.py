@@ -14,9 +14,23 @@ JSON mapping accepts (``maxOutputTokens`` or ``max_output_tokens``: Google's Pyt
 ``thinkingConfig``'s fields in snake case).
 
 Streaming (``:streamGenerateContent?alt=sse``): ``data:`` chunks of the response's own shape, text
-and thought parts as the policy samples them, the last chunk with the function calls, the
-``finishReason`` and ``usageMetadata``. Google's clients read every non-``data:`` line as JSON, so
-an idle stream gets no keep-alive comment.
+and thought parts as the policy samples them, the last chunk with the function calls (or one empty
+text part), the ``finishReason`` and ``usageMetadata``. Consecutive ``model`` contents in a request
+are one reply (Google's Chat helpers keep each streamed chunk as its own content).
+
+Keep-alive (sent when the stream is idle, from the moment it opens, before the first token too). An
+SSE comment is not safe: google-genai's ``HttpResponse._iter_response_stream``
+(``google/genai/_api_client.py``) feeds every line not starting with ``data: `` to a JSON buffer
+and fails on ``: ping``; @google/genai's ``ApiClient.processStreamResponse`` (bundled in Gemini CLI
+0.61.0) matches its ``responseLineRE`` (a ``data:`` line, then a blank line) at the start of its
+buffer only, so a comment would hold back every later event. What both parse and skip is a ``data:`` chunk of the response's
+shape with one empty text part: google-genai yields a chunk whose ``text`` is ``""`` (its Chat,
+``chats._validate_response``, still counts the turn as valid); Gemini CLI's
+``GeminiChat.processStreamResponse`` keeps no part of it (``isValidResponse``: an empty text part
+is no content) and ``Turn.run`` emits no event for it; @google/genai's own Chat
+(``isValidContent``) accepts it. An empty ``parts`` list would make both Chat helpers drop the
+turn. An error after the stream began is written as raw JSON, ``{"error": ...}``, as Google's
+server writes one: google-genai raises it from any line, @google/genai from a read that holds it.
 """
 
 from __future__ import annotations
@@ -358,9 +372,16 @@ def generate_response(res: ChatResult, model: str, thoughts: bool) -> dict[str, 
     return body
 
 
+# The keep-alive: a chunk of the response's own shape holding one empty text part. Google's clients parse
+# every chunk and skip this one (see the module docstring); ``parts: []`` would also be skipped by
+# Gemini CLI, but Google's Chat helpers would count the whole turn as invalid and drop it from history.
+_EMPTY_TEXT = [{"text": ""}]
+
+
 async def generate_stream(live: LiveReply, model: str, thoughts: bool) -> AsyncIterator[bytes]:
-    """Response chunks as tokens arrive; the last holds the function calls, finish reason and usage;
-    an ``{"error": ...}`` chunk if the generation fails after the stream began."""
+    """Response chunks as tokens arrive; an empty-text chunk while idle; the last chunk holds the
+    function calls (or an empty text), finish reason and usage; a raw ``{"error": ...}`` JSON if the
+    generation fails after the stream began."""
     response_id = new_id("")
 
     def part(kind: str, piece: str) -> list[dict[str, Any]]:
@@ -369,18 +390,22 @@ async def generate_stream(live: LiveReply, model: str, thoughts: bool) -> AsyncI
         return [{"text": piece}]
 
     async for kind, piece in live.deltas():
-        if kind != "ping" and (parts := part(kind, piece)):
+        if kind == "ping":
+            yield sse(_chunk(_EMPTY_TEXT, model, response_id))
+        elif parts := part(kind, piece):
             yield sse(_chunk(parts, model, response_id))
     try:
         res: ChatResult = await live.result()
     except ApiError as err:
-        yield sse(error_body("gemini", err))
+        # Raw JSON, as Google's server writes an error mid-stream: google-genai raises it from any
+        # line it reads, and @google/genai's processStreamResponse only from a read that is not an SSE event.
+        yield json.dumps(error_body("gemini", err), ensure_ascii=False).encode() + b"\n"
         return
     reasoning, content = live.rest(res.reasoning, res.reply_content())
     for kind, rest in (("reasoning", reasoning), ("content", content)):
         for piece in chunks(rest):
             if parts := part(kind, piece):
                 yield sse(_chunk(parts, model, response_id))
-    last = _chunk(_call_parts(res), model, response_id, finishReason=_finish(res))
+    last = _chunk(_call_parts(res) or _EMPTY_TEXT, model, response_id, finishReason=_finish(res))
     last["usageMetadata"] = _usage(res)
     yield sse(last)
