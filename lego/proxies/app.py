@@ -25,10 +25,13 @@ invalid request, 401 bad key, 404 unknown session or route, 405 wrong method, 41
 connection; if the client goes away the generation task is cancelled and nothing is recorded.
 
 Streams (``stream: true``) send text as the policy samples it (:mod:`lego.proxies.streaming`). The
-response starts with the first delta (or the end of the generation), so an error before any token
-keeps its real status; an error after that ends the stream with the API's error event. An idle
-stream gets a keep-alive every ``service.ping_interval_s`` (an SSE comment, or Anthropic's ``ping``
-event). A client that disconnects mid-stream cancels the generation: its batch slot is freed and
+response starts with the first delta, the end of the generation, or once the engine has held the
+request for :data:`~lego.proxies.routing.COMMIT_GRACE_S` without a token (a long prefill: the
+headers, the API's opening events, then keep-alives). Every check that can refuse a request runs
+before the engine gets it, so such an error keeps its real status; an error after the stream
+opened ends it with the API's error event. An idle stream, the prefill included, gets a keep-alive
+every ``service.ping_interval_s`` (an SSE comment, Anthropic's ``ping`` event, Gemini's empty-text
+chunk). A client that disconnects mid-stream cancels the generation: its batch slot is freed and
 nothing is recorded.
 """
 

@@ -34,6 +34,10 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[Request], Awaitable[Response]]
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+COMMIT_GRACE_S = 1.0
+"""Seconds the engine may hold a streamed request without a token before the stream opens anyway: every
+check that can refuse a request ran before it reached the engine, so only an engine's own late failure
+(after this grace) goes in-stream; a long prefill gets its headers, opening events and pings."""
 
 
 class _ClientGone(Exception):
@@ -188,12 +192,17 @@ class FaceRouting:
         api: Api,
         events: Callable[[LiveReply], AsyncIterator[bytes]],
     ) -> Response:
-        """Start the generation; answer once its first delta arrives (or it ends: a failure then is
-        an ordinary error response with its status); then stream ``events(live)``."""
+        """Start the generation; answer once its first delta arrives, it ends (a failure then is an
+        ordinary error response with its status) or the engine has held it for a grace without a
+        token (a long prefill: the stream opens and pings, a failure after that is an error event);
+        then stream ``events(live)``."""
         service = self.service
-        live = LiveReply(lambda sink: service.complete(session, creq, api, on_delta=sink), service.ping_interval_s)
+        live = LiveReply(
+            lambda sink, generating: service.complete(session, creq, api, on_delta=sink, on_generate=generating),
+            service.ping_interval_s,
+        )
         try:
-            if not await live.first(0.5, request.is_disconnected):
+            if not await live.first(0.5, request.is_disconnected, min(COMMIT_GRACE_S, service.ping_interval_s)):
                 raise _ClientGone()
             headers = dict(_SSE_HEADERS)
             if live.task.done():

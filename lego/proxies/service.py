@@ -32,6 +32,7 @@ import inspect
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from lego.config import ProxyConfig
@@ -192,9 +193,17 @@ class ProxyService:
             raise ApiError(400, f"cannot render the conversation with the model's chat template: {exc}") from exc
         return len(self.chat.encode(text)) + (len(self.chat.encode(req.prefill)) if req.prefill else 0)
 
-    async def complete(self, s: Session, req: ChatRequest, api: Api, on_delta: DeltaSink | None = None) -> ChatResult:
+    async def complete(
+        self,
+        s: Session,
+        req: ChatRequest,
+        api: Api,
+        on_delta: DeltaSink | None = None,
+        on_generate: Callable[[], None] | None = None,
+    ) -> ChatResult:
         """Serve ``req`` on session ``s`` (see the module docstring). ``on_delta``: stream the reply's
-        text as it is sampled (:class:`~lego.proxies.streaming.TextDeltas`); the result still holds all of it."""
+        text as it is sampled (:class:`~lego.proxies.streaming.TextDeltas`); the result still holds all of it.
+        ``on_generate``: called when the request has passed every check and goes to the engine."""
         t0 = time.perf_counter()
         session_id = s.id
         s.check_open()
@@ -239,6 +248,8 @@ class ProxyService:
             )
             s.spend_generation()
             t_engine = time.perf_counter()
+            if on_generate is not None:
+                on_generate()
             try:
                 if on_delta is not None and _streams(self.engine):
                     deltas = TextDeltas(

@@ -5,8 +5,8 @@ the finished reply holds (the API faces send the remainder once the generation e
 the text so far with the model's own completion parser and holds back the last few characters, so
 a half-written marker (``<tool_call>``, ``</think>``, a stop string) is never sent as text; once a
 tool call starts, content is held until the call parses at the end. :class:`LiveReply` is what a
-face's stream function reads: the deltas as they come (with ``ping`` when the stream is idle), then
-the result or the error that ended the generation.
+face's stream function reads: the deltas as they come (with ``ping`` when the stream is idle, the
+prefill included), then the result or the error that ended the generation.
 """
 
 from __future__ import annotations
@@ -92,34 +92,50 @@ class TextDeltas:
 class LiveReply:
     """One streamed generation as a face's stream function reads it (see the module docstring).
 
-    ``start(run)`` runs ``run(sink)`` (the service call) as a task; :meth:`first` waits for the
-    first delta or the end, so an error before any token keeps its HTTP status; :meth:`deltas`
-    yields ``(kind, text)`` pairs, ``("ping", "")`` after ``ping_s`` of silence; :meth:`result`
-    is the finished reply (or raises what ended it); :meth:`rest` what the reply holds beyond the
-    deltas sent. Closing the stream early cancels the generation.
+    ``LiveReply(run, ping_s)`` runs ``run(sink, generating)`` (the service call) as a task: ``sink``
+    takes the text deltas, ``generating()`` is called once the request passed every check and went
+    to the engine. :meth:`first` waits for the first delta, the end, or a prefill longer than a
+    grace, so that an error before any token keeps its HTTP status while a long prefill still gets
+    its stream opened; :meth:`deltas` yields ``(kind, text)`` pairs, ``("ping", "")`` after
+    ``ping_s`` of silence; :meth:`result` is the finished reply (or raises what ended it);
+    :meth:`rest` what the reply holds beyond the deltas sent. Closing the stream early cancels the
+    generation.
     """
 
-    def __init__(self, run: Callable[[DeltaSink], Coroutine[Any, Any, Any]], ping_s: float) -> None:
+    def __init__(self, run: Callable[[DeltaSink, Callable[[], None]], Coroutine[Any, Any, Any]], ping_s: float) -> None:
         self.ping_s = ping_s
         self.sent: dict[str, str] = {"reasoning": "", "content": ""}
         self._buffer: list[tuple[Kind, str]] = []
         self._wake = asyncio.Event()
-        self.task = asyncio.ensure_future(run(self._sink))
+        self._generating_since: float | None = None  # loop time the engine got the request
+        self.task = asyncio.ensure_future(run(self._sink, self._generating))
         self.task.add_done_callback(lambda _: self._wake.set())
 
     def _sink(self, kind: Kind, text: str) -> None:
         self._buffer.append((kind, text))
         self._wake.set()
 
+    def _generating(self) -> None:
+        self._generating_since = asyncio.get_running_loop().time()
+        self._wake.set()
+
     @property
     def started(self) -> bool:
         return bool(self._buffer) or self.task.done()
 
-    async def first(self, poll_s: float, gone: Callable[[], Coroutine[Any, Any, bool]]) -> bool:
-        """Wait until a delta arrived or the generation ended; False if ``gone()`` says the client left."""
+    async def first(self, poll_s: float, gone: Callable[[], Coroutine[Any, Any, bool]], grace_s: float) -> bool:
+        """Wait until a delta arrived, the generation ended, or the engine has held the request for
+        ``grace_s`` without a token (a long prefill); False if ``gone()`` says the client left."""
+        loop = asyncio.get_running_loop()
         while not self.started:
+            wait = poll_s
+            if self._generating_since is not None:
+                left = self._generating_since + grace_s - loop.time()
+                if left <= 0:
+                    return True
+                wait = min(wait, left)
             try:
-                await asyncio.wait_for(self._wake.wait(), poll_s)
+                await asyncio.wait_for(self._wake.wait(), wait)
             except TimeoutError:
                 if await gone():
                     self.cancel()

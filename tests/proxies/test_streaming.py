@@ -8,6 +8,7 @@ arrive long before its end.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from collections.abc import Iterator
@@ -129,6 +130,34 @@ def test_a_client_leaving_mid_stream_cancels_the_generation_and_records_nothing(
     assert engine.stats["generated_tokens"] - before == sampled  # the row left the batch
     assert sampled < 2000
     assert srv.trajectory("gone").segments == []
+
+
+def test_a_client_leaving_mid_stream_frees_the_engines_only_batch_slot(tiny_model_dir: Path, chat_format: Any) -> None:
+    """One batch slot: a second request can only run once the first one's row has left the batch."""
+    from lego.engines.transformers_engine import TransformersEngine
+
+    engine = TransformersEngine(
+        tiny_model_dir, device="cpu", max_batch_size=1, seed=0, prefix_cache=False, max_model_len=8192
+    )
+    engine.eos_token_ids = []
+    chat = copy.copy(chat_format)
+    chat.eos_token_ids = []
+    with ProxyServer(engine, chat, ProxyConfig(port=0)) as srv:
+        body = {"model": "m", "max_tokens": 6000, "messages": USER, "stream": True}
+        with (
+            httpx.Client(timeout=60) as c,
+            c.stream("POST", f"{srv.root_url}/s/first/v1/chat/completions", json=body) as r,
+        ):
+            for line in r.iter_lines():
+                if '"content":"' in line and '"content":""' not in line:
+                    break  # a first content delta: leave
+        second = openai.OpenAI(base_url=f"{srv.root_url}/s/second/v1", api_key="k", max_retries=0)
+        reply = second.chat.completions.create(model="m", messages=USER, max_tokens=8)
+        assert reply.usage.completion_tokens == 8
+        # the first request's row stopped long before its 6000 tokens: the second one got the slot
+        assert engine.stats["generated_tokens"] < 3000
+        assert srv.trajectory("first").segments == [] and len(srv.trajectory("second").segments) == 1
+    asyncio.run(engine.close())
 
 
 def test_an_error_mid_stream_ends_it_with_the_api_error_event(endless: tuple[ProxyServer, Any]) -> None:
