@@ -27,42 +27,11 @@ from google.genai import types as genai_types
 
 from lego.config import ProxyConfig
 from lego.proxies.server import ProxyServer
-from lego.types import Generation, RequestContext, SamplingParams
+from tests.proxies.conftest import SlowPrefill
 
 DELAY = 2.0  # seconds before the first token
 PING = 0.25  # the service's ping interval here (the commit grace is never longer)
 USER = [{"role": "user", "content": "Write about a lighthouse."}]
-
-
-class SlowPrefill:
-    """A real engine whose every generation starts ``delay`` seconds late (a long prefill)."""
-
-    takes_answer = False
-
-    def __init__(self, real: Any, delay: float) -> None:
-        self.real = real
-        self.delay = delay
-        self.max_model_len = real.max_model_len
-        self.policy_version = real.policy_version
-
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        context: RequestContext | None = None,
-        on_tokens: Any = None,
-    ) -> Generation:
-        await asyncio.sleep(self.delay)
-        return await self.real.generate(prompt_ids, sampling, context, on_tokens=on_tokens)
-
-    async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
-        return list(await self.real.score(sequences, prompt_lens, temperature))
-
-    def load_weights(self, state_dict: Any) -> int:
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        return None
 
 
 @pytest.fixture(scope="module")
