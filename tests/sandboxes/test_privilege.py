@@ -140,6 +140,8 @@ def test_kill_minus_one_leaves_the_proxy_bridge_and_the_sandbox_working(calc_tas
 def test_kill_agent_processes_ends_daemons_and_keeps_files(sb: LocalSandbox) -> None:
     sb.exec("setsid sh -c 'while :; do date >> /repo/log; sleep 0.05; done' >/dev/null 2>&1 < /dev/null &")
     sb.exec("(nohup sh -c 'sleep 600' >/dev/null 2>&1 &) ; true")
+    # the daemon is running once its log grows (on a loaded machine its first write can come late)
+    assert sb.exec("for i in $(seq 200); do [ -s /repo/log ] && exit 0; sleep 0.05; done; exit 1").exit_code == 0
     assert len(descendants(sb._procs.ns_pid)) >= 2
     sb.kill_agent_processes()
     assert descendants(sb._procs.ns_pid) == []
