@@ -43,6 +43,9 @@ INERT_FIELDS = frozenset(
         "logprobs",  # an output_text part's sampled-token logprobs, echoed back as this proxy sent them
         "namespace",  # the namespace a function_call's tool was declared in, as this proxy answered it
         "summary",  # a reasoning item's display summary; the reasoning itself is its `content`
+        # Codex's opaque per-message metadata for OpenAI's own backend (sent when it believes it talks
+        # to api.openai.com, i.e. under interception): bookkeeping, never rendered into the prompt
+        "internal_chat_message_metadata_passthrough",
     }
 )
 _ITEM_KEYS = {
