@@ -2,8 +2,9 @@
 sandbox -> recording proxy (Unix socket) -> oracle (gold patch; logprobs from the tiny model) ->
 the harness applies the patch with its own tools -> the hidden tests grade it.
 
-Acceptance per harness: it ends ``completed``, the task grades reward 1, and the recorded
-trajectory has at least one segment with mask-1 tokens whose logprobs are real numbers.
+Acceptance per harness: it ends ``completed``, the task grades reward 1, the recorded trajectory
+has at least one segment with mask-1 tokens whose logprobs are real numbers, and no call was
+retried, although every stream opened and pinged before its first token (see conftest.py).
 Third-party harnesses must be installed first (``lego harness install NAME``); those that are not
 are skipped with that instruction.
 """
@@ -51,6 +52,7 @@ def test_oracle_rollout_grades_reward_1(name: str, task: Task, proxy: Any) -> No
     assert sampled, f"no segment with sampled tokens: {traj.counters}"
     logprobs = [lp for s in sampled for lp, m in zip(s.response_logprobs, s.response_mask, strict=True) if m == 1]
     assert logprobs and all(lp is not None and math.isfinite(lp) and lp <= 0 for lp in logprobs)
+    assert not traj.discarded, "the harness retried a call: it did not accept a stream that pinged first"
     assert out["version"]
 
 
