@@ -31,6 +31,7 @@ import os
 import random
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,15 +264,20 @@ def source_dir(task: Task) -> Path:
 
 def build_starter(seed: int = 0, sizes: dict[str, int] | None = None) -> list[Task]:
     """All starter instances (train then held-out), deterministic in ``seed``, with ``base_commit`` set
-    (each repo is materialised once in a scratch dir to compute it; materialising is deterministic)."""
-    out: list[Task] = []
+    (each repo is materialised once in a scratch dir to compute it; materialising is deterministic).
+    Instances are drawn in order (held-out names depend on every train name before them); their
+    repos, six short git runs each, are built side by side."""
+    tasks: list[Task] = []
     taken: set[str] = set()  # package and function names used so far: held-out ones are all new
     for split, size in {**SPLIT_SIZES, **(sizes or {})}.items():
         rng = random.Random(f"starter:{seed}:{split}")
-        for n in range(1, size + 1):
-            task = _instance(rng, split, n, seed, taken)
-            with tempfile.TemporaryDirectory(prefix="lego-starter-") as tmp:
-                render_repo(task.metadata["files"], Path(tmp) / "src")
-                commit = materialize_repo(Path(tmp) / "src", task.patch, task.test_patch, Path(tmp) / "repo")
-            out.append(task.model_copy(update={"base_commit": commit}))
-    return out
+        tasks += [_instance(rng, split, n, seed, taken) for n in range(1, size + 1)]
+
+    def with_commit(task: Task) -> Task:
+        with tempfile.TemporaryDirectory(prefix="lego-starter-") as tmp:
+            render_repo(task.metadata["files"], Path(tmp) / "src")
+            commit = materialize_repo(Path(tmp) / "src", task.patch, task.test_patch, Path(tmp) / "repo")
+        return task.model_copy(update={"base_commit": commit})
+
+    with ThreadPoolExecutor(max_workers=2 * (os.cpu_count() or 1)) as pool:
+        return list(pool.map(with_commit, tasks))
