@@ -149,9 +149,11 @@ class EvalConfig(Section):
     max_tokens: int | None = Field(
         None,
         ge=1,
-        description="Policy-side generation limit of eval samples: the most tokens one policy completion may "
-        "take, whatever the harness asks (the proxy's max_tokens_cap for every evaluated policy; the oracle keeps "
-        "its own budget). Bounds what a runaway sample costs. None: the harness's budget, as in training.",
+        description="Policy-side generation limit of `lego eval` and `lego bench learn` samples: the most tokens "
+        "one policy completion may take, whatever the harness asks (the proxy's max_tokens_cap of every evaluated "
+        "policy; the oracle keeps its own budget). Bounds what a runaway sample costs. Validation during training "
+        "(training.eval_every) shares the training policy's proxy and keeps the harness's budget. None: the "
+        "harness's budget, as in training.",
     )
     temperatures: list[float] = Field(
         default_factory=lambda: [0.6, 0.8, 1.0, 1.2],
