@@ -68,9 +68,23 @@ def items_from_trajectories(
     return items
 
 
-def micro_batch_indices(n: int, size: int) -> list[list[int]]:
-    """Item indices ``0..n-1`` in consecutive micro-batches of at most ``size`` (``training.micro_batch_size``)."""
-    return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
+def micro_batch_indices(lengths: Sequence[int], size: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Item indices in consecutive micro-batches of at most ``size`` items (``training.micro_batch_size``)
+    whose padded size, rows × the longest row of ``lengths``, stays within ``max_tokens``
+    (``training.micro_batch_tokens``; an item longer than that runs alone). Order is kept."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        wider = max(longest, n)
+        if cur and (len(cur) == size or (max_tokens is not None and (len(cur) + 1) * wider > max_tokens)):
+            out.append(cur)
+            cur, wider = [], n
+        cur.append(i)
+        longest = wider
+    if cur:
+        out.append(cur)
+    return out
 
 
 class PaddedBatch:

@@ -142,7 +142,7 @@ class Trainer:
     def micro_batches(self, items: Sequence[TrainItem]) -> list[PaddedBatch]:
         """``items`` as the padded micro-batches of ``training.micro_batch_size`` the trainer runs,
         in order, on the trainer's device."""
-        return [PaddedBatch([items[i] for i in c], self.device) for c in self._chunks(len(items))]
+        return [PaddedBatch([items[i] for i in c], self.device) for c in self._chunks(items)]
 
     def token_logp(
         self, mb: PaddedBatch, model: torch.nn.Module | None = None, with_entropy: bool = False
@@ -151,13 +151,14 @@ class Trainer:
         net = self.model if model is None else model
         return token_logp(net, mb, self.algo.temperature, self._logits_to_keep, with_entropy)
 
-    def _chunks(self, n: int) -> list[list[int]]:
-        return micro_batch_indices(n, self.train_cfg.micro_batch_size)
+    def _chunks(self, items: Sequence[TrainItem]) -> list[list[int]]:
+        lengths = [len(it.segment.prompt_ids) + len(it.segment.response_ids) for it in items]
+        return micro_batch_indices(lengths, self.train_cfg.micro_batch_size, self.train_cfg.micro_batch_tokens)
 
-    def _rank_chunks(self, n: int) -> tuple[list[list[int]], int]:
+    def _rank_chunks(self, items: Sequence[TrainItem]) -> tuple[list[list[int]], int]:
         """This rank's micro-batches (k % world_size == rank), padded with copies of the first so
         every rank runs the same number of passes; returns (chunks, how many are real)."""
-        all_chunks = self._chunks(n)
+        all_chunks = self._chunks(items)
         mine = [c for k, c in enumerate(all_chunks) if k % self.dist.world_size == self.dist.rank]
         rounds = -(-len(all_chunks) // self.dist.world_size)
         return mine + [all_chunks[0]] * (rounds - len(mine)), len(mine)
@@ -236,7 +237,7 @@ class Trainer:
         if old_logprobs is not None:
             check_old_logprobs(items, old_logprobs)
         weights = self._token_weights(items)
-        chunks, n_real = self._rank_chunks(len(items))
+        chunks, n_real = self._rank_chunks(items)
         batches = [PaddedBatch([items[i] for i in c], self.device) for c in chunks]
         episodes = {e: i for i, e in enumerate(dict.fromkeys(it.episode_id for it in items))}
         fused = old_logprobs is None

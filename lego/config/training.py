@@ -67,6 +67,13 @@ class TrainingConfig(Section):
         description="Segments per forward/backward pass. A step is ONE optimizer update: the gradients of all "
         "micro-batches are accumulated first, so this trades memory for speed and never changes the result.",
     )
+    micro_batch_tokens: int | None = Field(
+        16384,
+        ge=1,
+        description="Most padded tokens (segments × the longest one) in one forward/backward pass: long agent "
+        "segments (a 30k-token harness prompt) go in smaller micro-batches, one alone if longer, so the "
+        "trainer's activations stay bounded. Like micro_batch_size it never changes the result. None: no cap.",
+    )
     grad_clip: float | None = Field(
         1.0, gt=0, description="Clip the global gradient L2 norm to this before each update. None: no clipping."
     )

@@ -28,6 +28,30 @@ def test_accumulation_1x8_equals_8x1(model_dir, items, make_config):
     assert m1["actor/tokens"] == m8["actor/tokens"]
 
 
+def test_a_token_budget_splits_micro_batches_without_changing_the_gradient(model_dir, items, make_config):
+    from lego.conductor.items import micro_batch_indices
+
+    lengths = [len(it.segment.prompt_ids) + len(it.segment.response_ids) for it in items]
+    budget = 2 * max(lengths)  # at most two rows of the longest: some micro-batches must split
+    free = Trainer(model_dir, make_config(micro_batch_size=8, micro_batch_tokens=None))
+    capped = Trainer(model_dir, make_config(micro_batch_size=8, micro_batch_tokens=budget))
+    chunks = micro_batch_indices(lengths, 8, budget)
+    assert len(chunks) > 1 and [i for c in chunks for i in c] == list(range(len(items)))
+    assert all(len(c) * max(lengths[i] for i in c) <= budget for c in chunks)
+    m_free, m_capped = free.compute_gradients(items), capped.compute_gradients(items)
+    _close(_grads(free), _grads(capped))
+    assert abs(m_free["actor/pg_loss"] - m_capped["actor/pg_loss"]) < 1e-6
+
+
+def test_micro_batches_keep_order_and_put_an_over_budget_item_alone():
+    from lego.conductor.items import micro_batch_indices
+
+    assert micro_batch_indices([5, 5, 5, 5, 5], 2) == [[0, 1], [2, 3], [4]]
+    assert micro_batch_indices([10, 10, 40, 10, 10, 10], 4, 30) == [[0, 1], [2], [3, 4, 5]]
+    assert micro_batch_indices([100], 4, 30) == [[0]]
+    assert micro_batch_indices([], 4, 30) == []
+
+
 def test_first_update_is_the_plain_policy_gradient(model_dir, items, make_config):
     for ratio in ("sequence", "token"):
         cfg = make_config(micro_batch_size=3)
