@@ -44,12 +44,9 @@ GIT_ENV = {
     "GIT_CONFIG_KEY_3": "safe.directory",
     "GIT_CONFIG_VALUE_3": "*",
 }
-# Runs as root with lego's runtime python: until no live process of the agent's uid is left, a
-# child that became that uid sends kill(-1, SIGKILL), which the kernel applies to all of them at
-# once (a fork cannot complete during it), sparing only the sender.
-KILL_ALL = f"""
-import os, sys, time
-def alive():
+# Python source of ``agents()``: the live (not zombie) pids of the agent's uid, read from /proc.
+AGENT_PIDS = f"""
+def agents():
     out = []
     for p in os.listdir("/proc"):
         try:
@@ -60,8 +57,14 @@ def alive():
         if fields.get("Uid", "").split()[:1] == ["{AGENT_UID}"] and fields.get("State", "").split()[:1] != ["Z"]:
             out.append(int(p))
     return out
-deadline = time.monotonic() + 20
-while left := alive():
+"""
+# Runs as root with lego's runtime python: until no live process of the agent's uid is left, a
+# child that became that uid sends kill(-1, SIGKILL), which the kernel applies to all of them at
+# once (a fork cannot complete during it), sparing only the sender.
+KILL_ALL = f"""
+import os, sys, time
+{AGENT_PIDS}deadline = time.monotonic() + 20
+while left := agents():
     if time.monotonic() > deadline:
         sys.exit("processes of uid {AGENT_UID} survived 20 s of SIGKILL")
     try:
@@ -194,18 +197,7 @@ os._exit(124 if timed_out is None else (code if code >= 0 else 128 - code))
 # agent's processes hold every slot of the pids limit and no command (not even lego's) can start.
 KEEPER = f"""
 import os, signal, time
-def agents():
-    out = []
-    for p in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{{p}}/status") as f:
-                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
-        except (OSError, ValueError):
-            continue
-        if fields.get("Uid", "").split()[:1] == ["{AGENT_UID}"] and fields.get("State", "").split()[:1] != ["Z"]:
-            out.append(int(p))
-    return out
-def kill_all(*_):
+{AGENT_PIDS}def kill_all(*_):
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         left = agents()
