@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def agent_env(path: str, home: str, proxy_port: int | None, extra: Mapping[str, 
     return {**base, **(extra or {})}
 
 
-class FileOps:
+class FileOps(ABC):
     """``exec``, ``read`` and ``write`` of the Sandbox protocol, built once for both backends on the
     backend's own ``run_bytes`` (commands as the agent, inside the sandbox). Files are read and
     written through the sandbox, never with host file APIs, so an agent's symlink cannot point the
@@ -138,6 +139,7 @@ class FileOps:
     id: str
     repo_dir: str
 
+    @abstractmethod
     def run_bytes(
         self,
         cmd: str | Sequence[str],
@@ -147,7 +149,7 @@ class FileOps:
         cwd: str | None = None,
         stdin: bytes | None = None,
     ) -> tuple[int, bytes, bytes, bool, float]:
-        raise NotImplementedError
+        """Run ``cmd`` as the agent in the sandbox: (exit_code, stdout, stderr, timed_out, wall_s)."""
 
     def exec(
         self,
