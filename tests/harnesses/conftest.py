@@ -20,7 +20,7 @@ from lego.engines.oracle import OracleEngine
 from lego.engines.transformers_engine import TransformersEngine
 from lego.types import Task
 from tests.lego.calc_task import make_calc_task
-from tests.proxies.conftest import SlowPrefill
+from tests.proxies.slow_prefill import SlowPrefill
 
 PREFILL_DELAY_S = 0.5
 PING_S = 0.1

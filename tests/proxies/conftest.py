@@ -3,7 +3,6 @@
 ``ScriptedEngine`` is the one test double: it plays chosen completions (so a conversation can use
 tools deterministically, which a randomly initialised model never would) and takes each token's
 logprob from the real model by teacher forcing, so every recorded logprob is still real.
-``SlowPrefill`` wraps a real engine and only delays its start (a long prompt's prefill).
 """
 
 from __future__ import annotations
@@ -54,37 +53,6 @@ class ScriptedEngine:
             policy_version=self.policy_version,
             prompt_tokens=len(prompt_ids),
         )
-
-    async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
-        return list(await self.real.score(sequences, prompt_lens, temperature))
-
-    def load_weights(self, state_dict: Any) -> int:
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        return None
-
-
-class SlowPrefill:
-    """A real engine whose every generation starts ``delay`` seconds late: what a long prompt's
-    prefill looks like to a client (no token for a while, then the tokens as the engine samples them)."""
-
-    def __init__(self, real: Any, delay: float) -> None:
-        self.real = real
-        self.delay = delay
-        self.takes_answer = real.takes_answer
-        self.max_model_len = real.max_model_len
-        self.policy_version = real.policy_version
-
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        context: RequestContext | None = None,
-        on_tokens: Any = None,
-    ) -> Generation:
-        await asyncio.sleep(self.delay)
-        return await self.real.generate(prompt_ids, sampling, context, on_tokens=on_tokens)
 
     async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
         return list(await self.real.score(sequences, prompt_lens, temperature))

@@ -27,7 +27,7 @@ from google.genai import types as genai_types
 
 from lego.config import ProxyConfig
 from lego.proxies.server import ProxyServer
-from tests.proxies.conftest import SlowPrefill
+from tests.proxies.slow_prefill import SlowPrefill
 
 DELAY = 2.0  # seconds before the first token
 PING = 0.25  # the service's ping interval here (the commit grace is never longer)
