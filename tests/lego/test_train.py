@@ -128,7 +128,15 @@ def test_ctrl_c_stops_within_seconds_and_says_how_to_resume(tasks: Path, tiny_mo
     args = [sys.executable, "-m", "lego.conductor.cli.main", "train"]
     for o in overrides:
         args += ["-o", o]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT's default disposition in the child even when this test runs in a background job (a shell
+    # without job control starts those with SIGINT ignored, and Python then installs no handler).
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 600
     try:
         while time.monotonic() < deadline and proc.poll() is None:  # interrupt step 2's rollouts
