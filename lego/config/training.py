@@ -170,13 +170,25 @@ class EvalConfig(Section):
         "policy that is only sharper than its start then shows no gain a temperature knob would give).",
     )
     sweep_samples: int = Field(
-        8, ge=1, description="`lego bench learn`: samples per task at each temperature of the sweep."
+        2,
+        ge=1,
+        description="`lego bench learn`: samples per task at each temperature of the sweep, on which each policy's "
+        "best temperature is chosen (and the same-temperature deltas are measured).",
+    )
+    confirm_samples: int = Field(
+        8,
+        ge=0,
+        description="`lego bench learn`: fresh samples per task (new per-sample seeds) drawn at each policy's chosen "
+        "temperature after its sweep. Best-vs-best and pass@k are scored on these, so the choice of temperature "
+        "does not bias them, and only one temperature pays for the many samples pass@k needs. 0: no confirm "
+        "stage; best-vs-best and pass@k come from the sweep's own samples (each needing eval.sweep_samples >= k).",
     )
     pass_at_k: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8],
         min_length=1,
         description="`lego bench learn`: the k of unbiased pass@k (Chen et al. 2021, arXiv:2107.03374) before and "
-        "after training, each policy at its best temperature. Each k needs eval.sweep_samples >= k.",
+        "after training, each policy at its best temperature. Each k needs eval.confirm_samples >= k (or, with "
+        "eval.confirm_samples = 0, eval.sweep_samples >= k).",
     )
 
     @field_validator("temperatures")
@@ -188,11 +200,16 @@ class EvalConfig(Section):
 
     @model_validator(mode="after")
     def _enough_samples(self) -> EvalConfig:
-        if max(self.pass_at_k) > self.sweep_samples or min(self.pass_at_k) < 1:
+        field, have = (
+            ("eval.confirm_samples", self.confirm_samples)
+            if self.confirm_samples
+            else ("eval.sweep_samples", self.sweep_samples)
+        )
+        if max(self.pass_at_k) > have or min(self.pass_at_k) < 1:
+            flag = "--confirm-samples" if self.confirm_samples else "--samples"
             raise ValueError(
-                f"eval.pass_at_k={self.pass_at_k} needs 1 <= k <= eval.sweep_samples ({self.sweep_samples}): "
-                f"set eval.sweep_samples={max(max(self.pass_at_k), 1)} (`lego bench learn --samples`) or drop "
-                "the larger k"
+                f"eval.pass_at_k={self.pass_at_k} needs 1 <= k <= {field} ({have}): set "
+                f"{field}={max(max(self.pass_at_k), 1)} (`lego bench learn {flag}`) or drop the larger k"
             )
         return self
 

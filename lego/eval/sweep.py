@@ -21,8 +21,14 @@ What :func:`compare_sweeps` reports:
   estimate: temperatures chosen on the even-numbered samples of each task, pass@1 scored on the
   odd-numbered ones;
 - same-temperature deltas: paired bootstrap CI, bootstrap and sign-flip p-values at each temperature;
-- unbiased pass@k (Chen et al. 2021) before and after, each policy at its best temperature, with
-  bootstrap CIs and the paired difference.
+- unbiased pass@k (Chen et al. 2021) before and after, each policy at its best temperature (on the
+  confirm stage's samples when there is one), with bootstrap CIs and the paired difference.
+
+With a **confirm stage** (:class:`ConfirmGrids`; ``lego bench learn``'s default) each policy's best
+temperature is chosen on its sweep and then fresh samples (new per-sample seeds) are drawn there:
+best-vs-best is then also scored on those (:class:`Confirmed`: no selection bias, and a paired CI and
+p-value that need no re-picking), and pass@k comes from them, so only the chosen temperature pays for
+the many samples pass@k needs.
 
 The caveat, stated in every report: picking the best of several temperatures on the data that
 scores it biases each best-of value upward, about equally for two policies of similar noise; the
@@ -33,6 +39,7 @@ selection's variability.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,6 +49,8 @@ from lego.eval.estimators import best_of_paired, bootstrap_ci, paired_bootstrap,
 __all__ = [
     "SELECTION_CAVEAT",
     "BestVsBest",
+    "ConfirmGrids",
+    "Confirmed",
     "FairComparison",
     "PairedDelta",
     "PassAtKRow",
@@ -121,6 +130,31 @@ class BestVsBest(BaseModel):
     caveat: str = SELECTION_CAVEAT
 
 
+class Confirmed(BaseModel):
+    """Best-vs-best on fresh samples: each policy's temperature chosen on its sweep, then ``samples`` new
+    samples per task (new seeds) drawn there and scored. No selection bias: the choice never saw them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    before_temperature: float
+    after_temperature: float
+    samples: int
+    before_ci95: Interval
+    after_ci95: Interval
+    scored: PairedDelta = Field(description="pass@1 on the fresh samples, paired over tasks.")
+
+
+@dataclass(frozen=True)
+class ConfirmGrids:
+    """The confirm stage's outcomes: (n_tasks, n_samples) 0/1 per policy at its chosen temperature (NaN:
+    unscored), the tasks in the order of the sweep grids."""
+
+    before_temperature: float
+    after_temperature: float
+    before: np.ndarray
+    after: np.ndarray
+
+
 class PassAtKRow(BaseModel):
     """Unbiased pass@k of both policies, each at its best temperature."""
 
@@ -149,8 +183,13 @@ class FairComparison(BaseModel):
     before: list[SweepPoint]
     after: list[SweepPoint]
     best_vs_best: BestVsBest
+    confirmed: Confirmed | None = Field(None, description="Best-vs-best on the confirm stage's fresh samples.")
     same_temperature: list[SameTemperature]
     pass_at_k: list[PassAtKRow]
+    pass_at_k_from: str = Field(
+        description="Whose samples pass@k is computed on: 'confirm' (the fresh samples at each chosen "
+        "temperature) or 'sweep' (the sweep's samples at each best temperature)."
+    )
 
 
 def task_pass_at_k(outcomes: np.ndarray, k: int) -> np.ndarray:
@@ -220,20 +259,30 @@ def compare_sweeps(
     ks: list[int],
     n_boot: int = 2000,
     seed: int = 0,
+    confirm: ConfirmGrids | None = None,
 ) -> FairComparison:
     """The fair comparison of ``after`` against ``before`` (see the module doc).
 
     ``before`` and ``after``: (n_tasks, n_temperatures, n_samples) outcome grids over the same tasks,
-    temperatures and per-sample seeds, NaN for unscored samples. ``ks``: the k of pass@k, each at most
-    the number of samples."""
+    temperatures and per-sample seeds, NaN for unscored samples. ``confirm``: the confirm stage's fresh
+    samples at each policy's chosen temperature (then pass@k is computed on them). ``ks``: the k of
+    pass@k, each at most the number of samples it is computed on."""
     if before.shape != after.shape or before.ndim != 3 or before.shape[1] != len(temperatures):
         raise ValueError(
             f"need two (n_tasks, {len(temperatures)} temperatures, n_samples) grids of one shape, "
             f"got {before.shape} and {after.shape}"
         )
     n_samples = before.shape[2]
-    if ks and max(ks) > n_samples:
-        raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per task, the grids hold {n_samples}")
+    if confirm is not None and (
+        confirm.before.shape != confirm.after.shape or confirm.before.shape[0] != before.shape[0]
+    ):
+        raise ValueError(
+            f"the confirm grids must be (n_tasks={before.shape[0]}, n_samples) each, got "
+            f"{confirm.before.shape} and {confirm.after.shape}"
+        )
+    n_k = confirm.before.shape[1] if confirm is not None else n_samples
+    if ks and max(ks) > n_k:
+        raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per task, the grids hold {n_k}")
     scored = (~np.isnan(before)).any(axis=2).all(axis=1) & (~np.isnan(after)).any(axis=2).all(axis=1)
     b_grid, a_grid = before[scored], after[scored]
     b_means, a_means = _nanmean(b_grid, axis=2), _nanmean(a_grid, axis=2)  # (n_tasks, n_temperatures)
@@ -255,9 +304,23 @@ def compare_sweeps(
         SameTemperature(temperature=t, **_paired(b_means[:, j], a_means[:, j], n_boot, seed + 10 + j).model_dump())
         for j, t in enumerate(temperatures)
     ]
+    confirmed = None
+    k_before, k_after = b_grid[:, jb], a_grid[:, ja]
+    if confirm is not None:
+        cb, ca = confirm.before[scored], confirm.after[scored]
+        k_before, k_after = cb, ca
+        pb1, pa1 = _nanmean(cb, axis=1), _nanmean(ca, axis=1)
+        confirmed = Confirmed(
+            before_temperature=confirm.before_temperature,
+            after_temperature=confirm.after_temperature,
+            samples=cb.shape[1],
+            before_ci95=bootstrap_ci(pb1[~np.isnan(pb1)], n_boot=n_boot, seed=seed + 3),
+            after_ci95=bootstrap_ci(pa1[~np.isnan(pa1)], n_boot=n_boot, seed=seed + 4),
+            scored=_paired(pb1, pa1, n_boot, seed + 5),
+        )
     rows = []
     for k in ks:
-        pb, pa = task_pass_at_k(b_grid[:, jb], k), task_pass_at_k(a_grid[:, ja], k)
+        pb, pa = task_pass_at_k(k_before, k), task_pass_at_k(k_after, k)
         d = _paired(pb, pa, n_boot, seed + 100 + k)
         rows.append(
             PassAtKRow(
@@ -280,6 +343,8 @@ def compare_sweeps(
         before=_points(b_means, b_grid, temperatures, n_boot, seed + 1000),
         after=_points(a_means, a_grid, temperatures, n_boot, seed + 2000),
         best_vs_best=best,
+        confirmed=confirmed,
         same_temperature=same,
         pass_at_k=rows,
+        pass_at_k_from="confirm" if confirm is not None else "sweep",
     )

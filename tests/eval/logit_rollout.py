@@ -5,7 +5,8 @@ at the spec's temperature by the Gumbel-max trick with noise seeded by ``key.see
 (and two temperatures) see the same noise for the same (task, sample): logits scaled by c at
 temperature T give exactly the token the unscaled logits give at T / c. A sample passes when its
 token is in the task's answer set: ranks ``ANSWER_RANKS`` of the *start* policy's next-token
-distribution (the spec's first policy), never the top token, so pass@1 rises and then falls with the
+distribution (the model ``$LEGO_TEST_ANSWER_MODEL`` names, else the spec's first policy: a confirm
+stage's spec may hold only the trained policy), never the top token, so pass@1 rises and then falls with the
 temperature, as an agent's does (too cold repeats one wrong move, too hot loses the thread).
 
 Every call is appended to ``$LEGO_TEST_CALLS_LOG`` when set.
@@ -52,7 +53,7 @@ def next_token_logits(model_dir: str, task_id: str) -> torch.Tensor:
 
 
 def factory(spec: EvalSpec, tasks: Mapping[str, Task], out_dir: Path, cfg: LegoConfig):  # type: ignore[no-untyped-def]
-    start = spec.policies[0].model
+    start = os.environ.get("LEGO_TEST_ANSWER_MODEL") or spec.policies[0].model
     log = os.environ.get("LEGO_TEST_CALLS_LOG")
 
     def run_sample(key: SampleKey) -> SampleResult:

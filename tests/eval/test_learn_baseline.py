@@ -68,12 +68,14 @@ def test_a_temperature_change_of_the_start_gains_nothing_best_vs_best(
     cfg, tasks, out = _cfg(), _tasks(24), tmp_path / "eval"
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv("LEGO_TEST_CALLS_LOG", str(calls))
+    monkeypatch.setenv("LEGO_TEST_ANSWER_MODEL", start)
     run_sweep(cfg, {"start": start}, tasks, out, seed=3, factory=logit_rollout.factory)  # [1/3] of the bench
     cmp, after = compare_policies(cfg, start, str(trained), tasks, out, seed=3, factory=logit_rollout.factory)
 
-    # the start was sampled once (its first sweep's samples serve the comparison), the trained policy once
+    # the start was sampled once (its first sweep's samples serve the comparison), the trained policy once:
+    # 8 per task at every temperature, then 8 fresh ones at its best
     policies = [json.loads(line)["policy"] for line in calls.read_text().splitlines()]
-    assert policies.count("start") == policies.count("trained") == 24 * len(TEMPS) * 8
+    assert policies.count("start") == policies.count("trained") == 24 * (len(TEMPS) * 8 + 8)
 
     best = cmp.best_vs_best
     assert (best.before_temperature, best.after_temperature) == (0.1, 0.2)  # the same policy: T 0.1 = 0.2 / 2
@@ -85,6 +87,10 @@ def test_a_temperature_change_of_the_start_gains_nothing_best_vs_best(
     same = {d.temperature: d for d in cmp.same_temperature}
     assert same[0.2].delta > 0.15 and same[0.2].ci95[0] > 0 and same[0.2].p_value < 0.01
     assert same[0.1].delta < -0.05 and same[0.1].ci95[1] < 0
+    # the fresh samples at the chosen temperatures share their seeds, so the same policy draws the same
+    assert cmp.confirmed is not None and cmp.confirmed.scored.delta == pytest.approx(0.0, abs=1e-12)
+    assert (cmp.confirmed.before_temperature, cmp.confirmed.after_temperature) == (0.1, 0.2)
+    assert cmp.confirmed.scored.p_value > 0.5 and cmp.pass_at_k_from == "confirm"
     for row in cmp.pass_at_k:
         assert row.delta == pytest.approx(0.0, abs=1e-12)
     assert [r.k for r in cmp.pass_at_k] == [1, 2, 4, 8]
@@ -92,7 +98,9 @@ def test_a_temperature_change_of_the_start_gains_nothing_best_vs_best(
     assert after["wall_s"] >= 0 and [p["temperature"] for p in after["points"]] == TEMPS
 
 
-def test_a_real_gain_survives_the_best_temperature_baseline(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_a_real_gain_survives_the_best_temperature_baseline(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The counterpart: a policy whose answer tokens gained logit (not a rescaling) wins best-vs-best."""
     from transformers import AutoModelForCausalLM
 
@@ -111,15 +119,21 @@ def test_a_real_gain_survives_the_best_temperature_baseline(tiny_model_dir: Path
     with torch.no_grad():
         model.lm_head.weight[sorted(answers)] *= 1.5
     model.save_pretrained(better)
+    monkeypatch.setenv("LEGO_TEST_ANSWER_MODEL", str(tiny_model_dir))  # the answers stay the start's
 
     cmp, _ = compare_policies(
         _cfg(), str(tiny_model_dir), str(better), tasks, tmp_path / "eval", seed=0, factory=logit_rollout.factory
     )
     assert cmp.best_vs_best.delta > 0.05 and cmp.best_vs_best.ci95[0] > 0, cmp.best_vs_best
+    assert cmp.confirmed is not None
+    assert cmp.confirmed.scored.delta > 0.05 and cmp.confirmed.scored.ci95[0] > 0, cmp.confirmed
 
 
 def test_bench_refuses_fewer_samples_than_the_largest_k() -> None:
     from lego.errors import ConfigError
 
+    with pytest.raises(ConfigError, match=r"eval.confirm_samples=8 .*--confirm-samples"):
+        load_config(None, ["eval.confirm_samples=4"])
     with pytest.raises(ConfigError, match=r"eval.sweep_samples=8 .*--samples"):
-        load_config(None, ["eval.sweep_samples=4"])
+        load_config(None, ["eval.confirm_samples=0", "eval.sweep_samples=4"])
+    assert load_config(None, ["eval.sweep_samples=1"]).eval.confirm_samples == 8  # the sweep only chooses

@@ -11,7 +11,7 @@ import pytest
 from lego.config import load_config
 from lego.eval.results import EvalSpec, PolicySpec
 from lego.eval.runner import EvalJob, run_eval, run_evals
-from lego.eval.sweep import FairComparison, compare_sweeps, task_pass_at_k
+from lego.eval.sweep import ConfirmGrids, FairComparison, compare_sweeps, task_pass_at_k
 from lego.types import Task
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -69,6 +69,37 @@ def test_task_pass_at_k_and_the_split_half_selection() -> None:
     assert split is not None
     assert (split.before_temperature, split.after_temperature) == (0.6, 1.0)
     assert (split.scored.before, split.scored.after) == (0.0, 0.75)
+
+
+def test_the_confirm_stage_scores_best_vs_best_and_pass_at_k_on_its_fresh_samples() -> None:
+    """A sweep whose best temperature is best by luck: its own samples flatter both policies alike, the
+    fresh samples at the chosen temperatures are what best-vs-best and pass@k are scored on."""
+    before = _grid([0.5, 0.5, 0.5, 0.5], 40, 2, 3)
+    after = _grid([0.5, 0.5, 0.5, 0.5], 40, 2, 4)
+    rng = np.random.default_rng(5)
+    fresh_before = (rng.random((40, 8)) < 0.5).astype(float)
+    fresh_after = (rng.random((40, 8)) < 0.8).astype(float)
+    fresh_before[0, :2] = np.nan  # infrastructure: task 0 has 6 fresh samples, so no pass@8 of its own
+    confirm = ConfirmGrids(0.8, 1.0, fresh_before, fresh_after)
+    cmp = compare_sweeps(before, after, TEMPS, [1, 2, 4, 8], n_boot=300, seed=0, confirm=confirm)
+    c = cmp.confirmed
+    assert c is not None and (c.before_temperature, c.after_temperature, c.samples) == (0.8, 1.0, 8)
+    assert c.scored.before == pytest.approx(np.nanmean(fresh_before, axis=1).mean())
+    assert c.scored.after == pytest.approx(fresh_after.mean())
+    assert c.scored.delta > 0.2 and c.scored.ci95[0] > 0 and c.scored.p_value < 0.01
+    assert c.before_ci95[0] < c.scored.before < c.before_ci95[1]
+    assert cmp.pass_at_k_from == "confirm"
+    rows = {r.k: r for r in cmp.pass_at_k}
+    assert rows[1].before == pytest.approx(c.scored.before) and rows[1].after == pytest.approx(c.scored.after)
+    assert (rows[8].n_tasks, rows[4].n_tasks) == (39, 40)
+    assert FairComparison.model_validate_json(cmp.model_dump_json()) == cmp
+    # two samples per temperature are enough to choose; pass@8 needs the 8 fresh ones
+    with pytest.raises(ValueError, match="pass@8 needs at least 8 samples"):
+        compare_sweeps(
+            before, after, TEMPS, [1, 8], confirm=ConfirmGrids(0.8, 1.0, fresh_before[:, :4], fresh_after[:, :4])
+        )
+    with pytest.raises(ValueError, match="confirm grids"):
+        compare_sweeps(before, after, TEMPS, [1], confirm=ConfirmGrids(0.8, 1.0, fresh_before[:5], fresh_after[:5]))
 
 
 def test_compare_sweeps_refuses_mismatched_grids_and_a_k_above_the_samples() -> None:

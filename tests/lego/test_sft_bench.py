@@ -20,6 +20,7 @@ def test_bench_learn_writes_before_after_and_plot(tiny_model_dir: Path, tmp_path
         "training.concurrency=2",
         "eval.temperatures=[1.0]",
         "eval.sweep_samples=1",
+        "eval.confirm_samples=1",
         "eval.pass_at_k=[1]",
     )
     report = run_bench(tmp_path / "b", minutes=0.0, limit=1, seed=0, overrides=overrides)
@@ -29,6 +30,10 @@ def test_bench_learn_writes_before_after_and_plot(tiny_model_dir: Path, tmp_path
     assert before["n_samples"] == 1 and after["n_samples"] == 1
     assert before["n_infra"] == 0 and after["n_infra"] == 0
     assert report["comparison"]["best_vs_best"]["n_tasks"] == 1
+    confirmed = report["comparison"]["confirmed"]  # one fresh sample each at the (only) temperature
+    assert confirmed["samples"] == 1 and confirmed["scored"]["n_tasks"] == 1
+    assert report["before_sweep"]["confirm_temperature"] == 1.0 and report["after_sweep"]["confirm_wall_s"] >= 0
+    assert report["headline"].startswith("best-vs-best held-out pass@1 on fresh samples")
     assert report["after_checkpoint"].endswith("step_000001")
     assert report["pearson_min"] is not None and report["pearson_min"] > 0.99
     saved = json.loads((tmp_path / "b" / "learn.json").read_text())

@@ -6,7 +6,9 @@ policy (``engine.model``) is sampled on the held-out tasks at every temperature 
 ``eval.temperatures``, ``eval.sweep_samples`` samples per task each, into ``OUT/eval/T<temperature>``;
 (2) ``lego train`` runs with ``OUT/train`` as its run dir, a checkpoint every step, until ``--minutes``
 are spent (the step in flight finishes); (3) the last checkpoint saved within the budget is sampled at
-the same temperatures, tasks and per-sample seeds (the start's samples are reused); (4)
+the same temperatures, tasks and per-sample seeds (the start's samples are reused); with
+``eval.confirm_samples`` (default 8) each policy then gets that many fresh samples per task at its
+best temperature (the start's before training), on which best-vs-best and pass@k are scored; (4)
 :func:`lego.eval.sweep.compare_sweeps` scores each policy at its own best temperature (best-vs-best:
 paired bootstrap CI and permutation p-value that re-pick the temperatures, plus a selection-free
 split-half estimate), every same-temperature delta, and unbiased pass@k before and after; (5)
@@ -59,6 +61,17 @@ def pick_checkpoint(
 
 
 def _headline(cmp: dict[str, Any]) -> str:
+    c = cmp.get("confirmed")
+    if c is not None:
+        s, b = c["scored"], cmp["best_vs_best"]
+        return (
+            f"best-vs-best held-out pass@1 on fresh samples ({c['samples']} per task at each policy's best "
+            f"temperature): {100 * s['after']:.1f}% (trained, T={c['after_temperature']:g}) vs {100 * s['before']:.1f}% "
+            f"(start, T={c['before_temperature']:g}): {100 * s['delta']:+.1f} points [{100 * s['ci95'][0]:+.1f}, "
+            f"{100 * s['ci95'][1]:+.1f}], p={s['p_value']:.3g}; on the sweep's own samples (best of "
+            f"{len(cmp['temperatures'])}, re-picked per resample): {100 * b['delta']:+.1f} "
+            f"[{100 * b['ci95'][0]:+.1f}, {100 * b['ci95'][1]:+.1f}]"
+        )
     b = cmp["best_vs_best"]
     lo, hi = b["ci95"]
     split = b.get("split")
@@ -93,7 +106,13 @@ def run_bench(
     from rich.console import Console
 
     from lego.conductor.bench.learn_plot import plot_learn
-    from lego.conductor.bench.learn_sweep import compare_policies, point_counters, run_sweep
+    from lego.conductor.bench.learn_sweep import (
+        best_temperature,
+        compare_policies,
+        point_counters,
+        run_confirm,
+        run_sweep,
+    )
     from lego.conductor.cli.eval import load_tasks
     from lego.conductor.loop import train
     from lego.config import load_config
@@ -121,6 +140,7 @@ def run_bench(
         "start_model": start_model,
         "tasks": len(tasks),
         "samples": n,
+        "confirm_samples": cfg.eval.confirm_samples,
         "temperatures": temps,
         "pass_at_k": list(cfg.eval.pass_at_k),
         "train_temperature": cfg.algorithm.temperature,
@@ -133,11 +153,17 @@ def run_bench(
     t0 = time.monotonic()
     console.print(
         f"[1/3] the start policy on {len(tasks)} held-out tasks x {n} samples at T = {', '.join(map(str, temps))}"
+        + (f", then {cfg.eval.confirm_samples} at its best" if cfg.eval.confirm_samples else "")
     )
     before, wall = run_sweep(cfg, {"start": start_model}, tasks, out / "eval", eval_seed, factory)
     report["before_sweep"] = {"wall_s": round(wall, 1), "points": point_counters(before, "start")}
     for p in report["before_sweep"]["points"]:
         console.print(f"      T={p['temperature']:g}: pass@1 {p['pass1_all_tasks']:.3f} {p['ci95_all_tasks']}")
+    if cfg.eval.confirm_samples:
+        chosen = best_temperature(before, "start", [t.instance_id for t in tasks], n)
+        console.print(f"      confirm: {cfg.eval.confirm_samples} fresh samples per task at its best, T={chosen:g}")
+        _, cwall = run_confirm(cfg, {"start": (start_model, chosen)}, tasks, out / "eval", eval_seed, factory)
+        report["before_sweep"].update(confirm_wall_s=round(cwall, 1), confirm_temperature=chosen)
 
     t_train = time.monotonic()
     budget = minutes * 60.0
@@ -210,7 +236,15 @@ def _temperatures(value: str | None) -> list[str]:
     "--samples",
     type=click.IntRange(min=1),
     default=None,
-    help="eval.sweep_samples: samples per task at each temperature (default 8; at least the largest eval.pass_at_k).",
+    help="eval.sweep_samples: samples per task at each temperature of the sweep, where each policy's best "
+    "temperature is chosen (default 2).",
+)
+@click.option(
+    "--confirm-samples",
+    type=click.IntRange(min=0),
+    default=None,
+    help="eval.confirm_samples: fresh samples per task at each policy's best temperature, where best-vs-best and "
+    "pass@k are scored (default 8; at least the largest eval.pass_at_k; 0 scores them on the sweep's samples).",
 )
 @click.option(
     "--temperatures",
@@ -238,6 +272,7 @@ def command(
     out_dir: Path,
     limit: int,
     samples: int | None,
+    confirm_samples: int | None,
     temperatures: str | None,
     seed: int,
     eval_seed: int | None,
@@ -246,6 +281,10 @@ def command(
 ) -> None:
     """Held-out pass@1 of the start and the trained policy over a temperature sweep, compared at each one's
     best temperature, with pass@k before and after (JSON + PNG in --out)."""
-    extra = [*_temperatures(temperatures), *([f"eval.sweep_samples={samples}"] if samples is not None else [])]
+    extra = [
+        *_temperatures(temperatures),
+        *([f"eval.sweep_samples={samples}"] if samples is not None else []),
+        *([f"eval.confirm_samples={confirm_samples}"] if confirm_samples is not None else []),
+    ]
     report = run_bench(out_dir, minutes, limit, seed, config, (*overrides, *extra), eval_seed=eval_seed)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "per_step"}, indent=1))

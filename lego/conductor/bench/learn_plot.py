@@ -1,9 +1,10 @@
 """The PNG of `lego bench learn`, the figure a reader looks at first.
 
 Top row: (a) held-out pass@1 against the sampling temperature, start and trained policy, 95% CIs,
-each policy's best temperature ringed; (b) unbiased pass@k against k, each policy at its best
-temperature, 95% CIs. Bottom row: the training run (mean reward and the rollout-train Pearson per
-step). The title carries the best-vs-best difference with its CI and p-value.
+each policy's chosen temperature ringed and, with a confirm stage, its fresh samples there as a star;
+(b) unbiased pass@k against k, each policy at its chosen temperature, 95% CIs. Bottom row: the
+training run (mean reward and the rollout-train Pearson per step). The title carries the best-vs-best
+difference (on the fresh samples when there are any) with its CI and p-value.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def plot_learn(report: dict[str, Any], path: Path) -> None:
     cmp = report.get("comparison")
     ax = axes[0][0]
     if cmp is not None:
-        best = cmp["best_vs_best"]
+        best = cmp.get("confirmed") or cmp["best_vs_best"]  # the temperatures chosen
         for side, label, chosen, colour in (
             ("before", "start", best["before_temperature"], "tab:blue"),
             ("after", f"trained ({report.get('steps')} steps)", best["after_temperature"], "tab:orange"),
@@ -47,6 +48,18 @@ def plot_learn(report: dict[str, Any], path: Path) -> None:
             )
             top = next(p for p in points if p["temperature"] == chosen)
             ax.plot([chosen + dodge], [top["pass1"]], marker="o", markersize=14, fillstyle="none", color=colour)
+            if cmp.get("confirmed"):  # the fresh samples at the chosen temperature: what best-vs-best scores
+                c = cmp["confirmed"]
+                ax.errorbar(
+                    [chosen + 2 * dodge],
+                    [c["scored"][side]],
+                    yerr=[[c["scored"][side] - c[f"{side}_ci95"][0]], [c[f"{side}_ci95"][1] - c["scored"][side]]],
+                    marker="*",
+                    markersize=12,
+                    color=colour,
+                    capsize=3,
+                    label=f"{label}: {c['samples']} fresh samples at its best",
+                )
         ax.set(xticks=cmp["temperatures"])
     elif report.get("before_sweep"):
         points = report["before_sweep"]["points"]
@@ -61,7 +74,7 @@ def plot_learn(report: dict[str, Any], path: Path) -> None:
     if cmp is not None:
         rows = cmp["pass_at_k"]
         ks = [r["k"] for r in rows]
-        best = cmp["best_vs_best"]
+        best = cmp.get("confirmed") or cmp["best_vs_best"]
         for side, label, colour in (
             ("before", f"start at T = {best['before_temperature']:g}", "tab:blue"),
             ("after", f"trained at T = {best['after_temperature']:g}", "tab:orange"),
@@ -99,6 +112,14 @@ def plot_learn(report: dict[str, Any], path: Path) -> None:
     if cmp is not None:
         b = cmp["best_vs_best"]
         lo, hi = b["ci95"]
+        if cmp.get("confirmed"):
+            c = cmp["confirmed"]
+            b = {
+                **c["scored"],
+                "after_temperature": c["after_temperature"],
+                "before_temperature": c["before_temperature"],
+            }
+            lo, hi = b["ci95"]
         fig.suptitle(
             f"best-vs-best held-out pass@1: {100 * b['after']:.1f}% (T = {b['after_temperature']:g}) vs "
             f"{100 * b['before']:.1f}% (T = {b['before_temperature']:g}): {100 * b['delta']:+.1f} points "

@@ -7,6 +7,12 @@ temperature), all samples of all temperatures through one pool of ``eval.concurr
 served policy per policy (:class:`lego.conductor.eval_samples.EvalPolicies`), so the engine batches
 them as the training loop batches its rollouts. A rerun reuses every sample on disk: the start
 policy's samples of the first sweep serve the comparison after training.
+
+Two stages: the sweep (``eval.sweep_samples`` per task at every temperature) chooses each policy's best
+temperature; the confirm stage then draws ``eval.confirm_samples`` more per task at that temperature
+only (sample numbers after the sweep's, so new seeds), on which best-vs-best and pass@k are scored
+without selection bias. Four temperatures x 8 samples cost 32 samples per task and policy; 4 x 2 + 8
+cost 16.
 """
 
 from __future__ import annotations
@@ -22,10 +28,18 @@ import numpy as np
 from lego.config import LegoConfig
 from lego.eval.results import EvalResults, EvalSpec, PolicySpec
 from lego.eval.runner import EvalJob, SampleFnFactory, run_evals
-from lego.eval.sweep import FairComparison, compare_sweeps
+from lego.eval.sweep import ConfirmGrids, FairComparison, compare_sweeps
 from lego.types import Task
 
-__all__ = ["compare_policies", "outcome_grid", "run_sweep", "sweep_dir"]
+__all__ = [
+    "best_temperature",
+    "compare_policies",
+    "confirm_grid",
+    "outcome_grid",
+    "run_confirm",
+    "run_sweep",
+    "sweep_dir",
+]
 
 
 def sweep_dir(out: Path, temperature: float) -> Path:
@@ -33,32 +47,29 @@ def sweep_dir(out: Path, temperature: float) -> Path:
     return out / f"T{temperature:g}"
 
 
-def run_sweep(
+def _run_cells(
     cfg: LegoConfig,
-    policies: Mapping[str, str],
+    cells: Sequence[tuple[Mapping[str, str], float, int]],
     tasks: Sequence[Task],
     out: Path,
     seed: int,
-    factory: SampleFnFactory | None = None,
-) -> tuple[dict[float, EvalResults], float]:
-    """Sample every policy (name -> model) at every ``eval.temperatures`` on ``tasks`` with
-    ``eval.sweep_samples`` samples each; returns the results per temperature and the wall seconds.
-
-    ``factory`` builds each temperature's sample function (default: the production rollout through
-    one shared :class:`~lego.conductor.eval_samples.EvalPolicies`, closed at the end)."""
+    factory: SampleFnFactory | None,
+) -> tuple[list[EvalResults], float]:
+    """Run every cell (policies name -> model, temperature, samples per task) through one pool and one
+    served policy per model; returns each cell's results and the wall seconds."""
     from lego.conductor.eval_samples import EvalPolicies, eval_sample_fn
 
     served = EvalPolicies(cfg) if factory is None else None
     make = factory if factory is not None else functools.partial(eval_sample_fn, policies=served)
-    names = list(policies)
     by_id = {t.instance_id: t for t in tasks}
     jobs = []
-    for temperature in cfg.eval.temperatures:
+    for policies, temperature, samples in cells:
+        names = list(policies)
         spec = EvalSpec(
             policies=[PolicySpec(name=n, model=policies[n], base=names[0] if i else None) for i, n in enumerate(names)],
             harnesses=[cfg.harness.name],
             task_ids=list(by_id),
-            samples=cfg.eval.sweep_samples,
+            samples=samples,
             seed=seed,
             tasks_source=f"{cfg.tasks.source}:{cfg.tasks.eval_split}",
             bootstrap=cfg.eval.bootstrap,
@@ -74,7 +85,70 @@ def run_sweep(
     finally:
         if served is not None:
             served.close()
-    return dict(zip(cfg.eval.temperatures, results, strict=True)), time.monotonic() - t0
+    return results, time.monotonic() - t0
+
+
+def run_sweep(
+    cfg: LegoConfig,
+    policies: Mapping[str, str],
+    tasks: Sequence[Task],
+    out: Path,
+    seed: int,
+    factory: SampleFnFactory | None = None,
+) -> tuple[dict[float, EvalResults], float]:
+    """Sample every policy (name -> model) at every ``eval.temperatures`` on ``tasks`` with
+    ``eval.sweep_samples`` samples each; returns the results per temperature and the wall seconds.
+
+    ``factory`` builds each temperature's sample function (default: the production rollout through
+    one shared :class:`~lego.conductor.eval_samples.EvalPolicies`, closed at the end)."""
+    temps = list(cfg.eval.temperatures)
+    cells = [(policies, t, cfg.eval.sweep_samples) for t in temps]
+    results, wall = _run_cells(cfg, cells, tasks, out, seed, factory)
+    return dict(zip(temps, results, strict=True)), wall
+
+
+def best_temperature(results: Mapping[float, EvalResults], policy: str, task_ids: Sequence[str], samples: int) -> float:
+    """The temperature of the sweep where ``policy``'s pass@1 is highest, over the tasks it has a scored
+    sample of at every temperature (the lowest temperature on a tie)."""
+    grid = outcome_grid(results, policy, task_ids, samples)
+    scored = (~np.isnan(grid)).any(axis=2).all(axis=1)
+    if not scored.any():
+        return min(results)
+    means = np.nanmean(grid[scored], axis=2).mean(axis=0)
+    return list(results)[int(np.argmax(means))]
+
+
+def run_confirm(
+    cfg: LegoConfig,
+    chosen: Mapping[str, tuple[str, float]],
+    tasks: Sequence[Task],
+    out: Path,
+    seed: int,
+    factory: SampleFnFactory | None = None,
+) -> tuple[dict[str, EvalResults], float]:
+    """The confirm stage: each policy (name -> (model, its chosen temperature)) gets
+    ``eval.confirm_samples`` more samples per task at its temperature, numbered after the sweep's (so
+    their per-sample seeds are new), in that temperature's eval directory. Samples on disk are reused.
+    Returns each policy's results there and the wall seconds."""
+    by_temp: dict[float, dict[str, str]] = {}
+    for name, (model, temperature) in chosen.items():
+        by_temp.setdefault(temperature, {})[name] = model
+    samples = cfg.eval.sweep_samples + cfg.eval.confirm_samples
+    cells = [(policies, t, samples) for t, policies in by_temp.items()]
+    results, wall = _run_cells(cfg, cells, tasks, out, seed, factory)
+    per_temp = dict(zip(by_temp, results, strict=True))
+    return {name: per_temp[temperature] for name, (_, temperature) in chosen.items()}, wall
+
+
+def confirm_grid(results: EvalResults, policy: str, task_ids: Sequence[str], first: int, n: int) -> np.ndarray:
+    """(n_tasks, n) 0/1 outcomes of ``policy``'s samples ``first`` .. ``first + n - 1``; NaN where missing or
+    an infrastructure failure."""
+    row = {t: i for i, t in enumerate(task_ids)}
+    grid = np.full((len(task_ids), n), np.nan)
+    for s in results.samples:
+        if s.key.policy == policy and s.key.task_id in row and first <= s.key.sample < first + n and not s.infra:
+            grid[row[s.key.task_id], s.key.sample - first] = 1.0 if s.passed else 0.0
+    return grid
 
 
 def outcome_grid(
@@ -128,12 +202,26 @@ def compare_policies(
     seed: int,
     factory: SampleFnFactory | None = None,
 ) -> tuple[FairComparison, dict[str, Any]]:
-    """Sweep ``start`` and ``trained`` (the start's samples already in ``out`` are reused) and compare them
-    at their best temperatures (:func:`lego.eval.sweep.compare_sweeps`); returns the comparison and the
-    sweep's bookkeeping (wall seconds, per-temperature counters of the trained policy)."""
+    """Sweep ``start`` and ``trained``, then (``eval.confirm_samples`` > 0) draw each one's confirm samples
+    at its best temperature, and compare them (:func:`lego.eval.sweep.compare_sweeps`). The start's
+    samples already in ``out`` are reused. Returns the comparison and the bookkeeping (wall seconds of
+    the sweep and the confirm stage, per-temperature counters of the trained policy)."""
     results, wall = run_sweep(cfg, {"start": start, "trained": trained}, tasks, out, seed, factory)
     ids = [t.instance_id for t in tasks]
     n = cfg.eval.sweep_samples
+    info: dict[str, Any] = {"wall_s": round(wall, 1), "points": point_counters(results, "trained")}
+    confirm = None
+    if cfg.eval.confirm_samples:
+        tb, ta = best_temperature(results, "start", ids, n), best_temperature(results, "trained", ids, n)
+        chosen, cwall = run_confirm(cfg, {"start": (start, tb), "trained": (trained, ta)}, tasks, out, seed, factory)
+        m = cfg.eval.confirm_samples
+        confirm = ConfirmGrids(
+            tb,
+            ta,
+            confirm_grid(chosen["start"], "start", ids, n, m),
+            confirm_grid(chosen["trained"], "trained", ids, n, m),
+        )
+        info.update(confirm_wall_s=round(cwall, 1), confirm_temperature=ta)
     comparison = compare_sweeps(
         outcome_grid(results, "start", ids, n),
         outcome_grid(results, "trained", ids, n),
@@ -141,5 +229,6 @@ def compare_policies(
         list(cfg.eval.pass_at_k),
         n_boot=cfg.eval.bootstrap,
         seed=seed,
+        confirm=confirm,
     )
-    return comparison, {"wall_s": round(wall, 1), "points": point_counters(results, "trained")}
+    return comparison, info
