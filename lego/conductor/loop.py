@@ -57,7 +57,7 @@ from lego.conductor.step_summary import step_metrics, summary_line
 from lego.conductor.trainer import Trainer, items_from_trajectories
 from lego.conductor.weight_sync import WeightSync, build_weight_sync
 from lego.config import LegoConfig
-from lego.errors import ConfigError
+from lego.errors import ConfigError, TaskError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text
 from lego.types import StepMetrics, Task, Trajectory
 
@@ -81,7 +81,7 @@ def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[T
 
     ``lazy``: shipped suites (builtin, starter) come back as records and are materialised when a step
     picks them, so a 1000-task split does not cost a minute of git before the first step."""
-    from lego.sandboxes.tasks.sources import load_source
+    from lego.sandboxes.tasks.sources import load_source, select_tasks
 
     spec = (
         cfg.tasks.source
@@ -89,12 +89,16 @@ def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[T
         else f"{cfg.tasks.source}:{split}"
     )
     source = load_source(spec)
-    tasks = source.records()
+    try:
+        tasks = select_tasks(source.records(), cfg.tasks.where)
+    except TaskError as exc:
+        raise ConfigError(str(exc)) from exc
     if cfg.tasks.limit:
         random.Random(cfg.tasks.shuffle_seed).shuffle(tasks)
         tasks = tasks[: cfg.tasks.limit]
     if not tasks:
-        raise ConfigError(f"tasks.source={cfg.tasks.source!r} split {split!r} holds no tasks")
+        where = f" with tasks.where={cfg.tasks.where}" if cfg.tasks.where else ""
+        raise ConfigError(f"tasks.source={cfg.tasks.source!r} split {split!r} holds no tasks{where}")
     if lazy:
         return tasks, source.materialize
     return [source.materialize(t) for t in tasks], _ready

@@ -195,4 +195,10 @@ class TasksConfig(Section):
     split: str = Field("train", description="Split to sample training tasks from.")
     eval_split: str = Field("heldout", description="Split used for validation.")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")
+    where: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Keep only the tasks whose metadata[KEY] is one of the listed values, in every split (training, "
+        "validation, `lego eval`, `lego bench learn`), e.g. {mutation_kind = ['and -> or', 'or -> and']}: the starter "
+        "suite's boolean-logic bugs, the skill the warm start lacks (README). Empty: every task.",
+    )
     shuffle_seed: int = Field(0, description="Seeds the shuffle that picks tasks.limit tasks and the step order.")

@@ -131,7 +131,7 @@ def run_bench(
             f"training.seed={seed}",
         ],
     )
-    tasks = load_tasks(f"{cfg.tasks.source}:{cfg.tasks.eval_split}", limit)
+    tasks = load_tasks(f"{cfg.tasks.source}:{cfg.tasks.eval_split}", limit, cfg.tasks.where)
     start_model = cfg.engine.model
     temps = list(cfg.eval.temperatures)
     n = cfg.eval.sweep_samples

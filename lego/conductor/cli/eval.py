@@ -31,7 +31,7 @@ from lego.errors import ConfigError, TaskError
 from lego.eval.report import markdown, render, render_dir
 from lego.eval.results import EvalSpec, PolicySpec, SampleResult, read_checkpoint_meta
 from lego.eval.runner import SampleFnFactory, collect_samples, run_eval
-from lego.sandboxes.tasks.sources import load_source
+from lego.sandboxes.tasks.sources import load_source, select_tasks
 from lego.types import Task
 
 __all__ = ["DEFAULT_SAMPLE_FN", "check_policy_paths", "eval_group", "load_tasks", "parse_policies", "run_defaults"]
@@ -83,16 +83,17 @@ def check_policy_paths(specs: list[PolicySpec], engine_kind: str) -> None:
         )
 
 
-def load_tasks(arg: str, limit: int | None = None) -> list[Task]:
+def load_tasks(arg: str, limit: int | None = None, where: dict[str, list[str]] | None = None) -> list[Task]:
     """Tasks from ``SOURCE[:split]`` (``builtin``, ``builtin:heldout``, a SWE-bench JSONL file,
-    ``file.jsonl:split``), with their repos ready; the first ``limit`` of them."""
+    ``file.jsonl:split``), with their repos ready; those ``where`` selects (``tasks.where``), the first
+    ``limit`` of them."""
     try:
         source = load_source(arg)
-        records = source.records()
+        records = select_tasks(source.records(), where or {})
     except TaskError as exc:
         raise ConfigError(f"--tasks {arg!r}: {exc}") from exc
     if not records:
-        raise ConfigError(f"--tasks {arg!r} holds no tasks")
+        raise ConfigError(f"--tasks {arg!r} holds no tasks" + (f" with tasks.where={where}" if where else ""))
     records = records[:limit] if limit else records
     return [source.materialize(t) for t in records]
 
@@ -301,7 +302,7 @@ def eval_group(
     if sample_fn == DEFAULT_SAMPLE_FN:  # a custom sample function decides itself what a policy's model names
         check_policy_paths(specs, cfg.engine.kind)
     source = ev.tasks or f"{cfg.tasks.source}:{cfg.tasks.eval_split}"
-    tasks = load_tasks(source, ev.limit)
+    tasks = load_tasks(source, ev.limit, cfg.tasks.where)
     spec = EvalSpec(
         policies=specs,
         harnesses=list(ev.harnesses),

@@ -29,7 +29,7 @@ from lego.sandboxes.tasks.swebench_compat import REQUIRED_FIELDS
 from lego.seams import TaskSource
 from lego.types import Task
 
-__all__ = ["BuiltinSource", "JsonlSource", "StarterSource", "load_source", "require_repo"]
+__all__ = ["BuiltinSource", "JsonlSource", "StarterSource", "load_source", "require_repo", "select_tasks"]
 
 log = logging.getLogger(__name__)
 
@@ -262,3 +262,16 @@ def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
             "starter:heldout or a .jsonl file"
         )
     return JsonlSource(path, split=tail or None, repos_dir=repos_dir)
+
+
+def select_tasks(tasks: list[Task], where: dict[str, list[str]]) -> list[Task]:
+    """The tasks whose ``metadata[key]`` (as text) is one of ``where[key]``, for every key; all when
+    ``where`` is empty. A key no task has is an error naming the keys there are (a typo would
+    otherwise select nothing, or everything)."""
+    if not where:
+        return tasks
+    known = {k for t in tasks for k in t.metadata}
+    missing = [k for k in where if k not in known]
+    if missing:
+        raise TaskError(f"tasks.where: no task has metadata {missing}; the tasks have {sorted(known)}")
+    return [t for t in tasks if all(str(t.metadata.get(k)) in set(map(str, vals)) for k, vals in where.items())]
