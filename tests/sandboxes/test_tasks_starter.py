@@ -95,3 +95,23 @@ def test_cli_build_writes_the_same_file(tmp_path: Path, records: list[Task]):
     assert result.exit_code == 0, result.output
     assert "720 starter instances" in result.output
     assert out.read_text() == starter.STARTER_PATH.read_text()
+
+
+def test_tasks_where_selects_one_skill_in_every_split(isolated_cache: Path, tmp_path: Path):
+    """tasks.where keeps the tasks whose metadata matches, in training's and eval's loaders alike; a key no
+    task has is refused with the keys there are, and a selection that leaves nothing says so."""
+    from lego.conductor.cli.eval import load_tasks
+    from lego.conductor.loop import _load_tasks
+    from lego.config import load_config
+    from lego.errors import ConfigError
+
+    logic = "tasks.where={mutation_kind = ['and -> or', 'or -> and']}"
+    train, _ = _load_tasks(load_config(None, [logic]), "train", lazy=True)
+    assert len(train) == 82 and {t.metadata["mutation_kind"] for t in train} == {"and -> or", "or -> and"}
+    heldout = load_tasks("starter:heldout", 3, load_config(None, [logic]).tasks.where)
+    assert len(heldout) == 3 and all(t.metadata["mutation_kind"] in ("and -> or", "or -> and") for t in heldout)
+    assert all(Path(t.repo_path or "").is_dir() for t in heldout)  # materialised, ready to run
+    with pytest.raises(ConfigError, match=r"no task has metadata \['kind'\]; the tasks have \[.*'mutation_kind'"):
+        _load_tasks(load_config(None, ["tasks.where={kind = ['x']}"]), "train", lazy=True)
+    with pytest.raises(ConfigError, match=r"holds no tasks with tasks.where"):
+        _load_tasks(load_config(None, ["tasks.where={mutation_kind = ['* -> /']}"]), "heldout", lazy=True)
