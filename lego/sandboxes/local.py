@@ -54,7 +54,8 @@ Not isolated:
   * the read-only tool binds and the host's system directories are readable;
   * with ``unsafe_no_isolation`` nothing above holds: commands run on the host, in a plain copy;
   * the bwrap init must be created from a thread that outlives the sandbox: ``--die-with-parent``
-    ties the sandbox's life to the creating thread.
+    ties the sandbox's life to the creating thread (the proxy bridge's too, by a parent-death
+    signal, so neither outlives a lego that is killed without closing its sandboxes).
 
 Where bubblewrap is missing, creating a sandbox raises :class:`SandboxError` naming the fix, unless
 ``SandboxConfig.unsafe_no_isolation`` is set.

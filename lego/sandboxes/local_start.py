@@ -5,10 +5,12 @@ owns (what they isolate is in :mod:`lego.sandboxes.local`)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -24,6 +26,23 @@ from lego.sandboxes.layout import bwrap_args, etc_files
 from lego.sandboxes.privilege import HostIdentity, enter_private_ns
 from lego.sandboxes.processes import kill_tree
 from lego.sandboxes.spawner_client import READY_TIMEOUT_S, recv_json
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child must not dlopen
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGKILL when the thread that started it exits (as bwrap's
+    ``--die-with-parent``), and exits at once if its parent is already gone. The setting survives
+    exec, setpriv's capability drops and joining namespaces (only a uid/gid change clears it)."""
+
+    def arm() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
 
 __all__ = ["HostProcesses", "copy_owned", "mount_root", "workdir"]
 
@@ -234,8 +253,15 @@ class HostProcesses:
             assert self.init is not None
             own = [f"--user=/proc/{self.init.pid}/ns/user", "--preserve-credentials"]
             argv = ["nsenter", *own, f"--net=/proc/{self.ns_pid}/ns/net", "--", *socat]
+        # Its own session (a signal to lego's process group must not end it mid-rollout), but never an
+        # orphan: when lego dies without stop() (SIGKILL, an unhandled SIGTERM) it dies too.
         self.bridge = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()),
         )
         needle = f"0100007F:{port:04X}"
         deadline = time.monotonic() + READY_TIMEOUT_S

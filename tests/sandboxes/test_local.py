@@ -185,3 +185,58 @@ def test_output_flood_and_closed_pipes_cannot_hang_or_exhaust_the_host(sb: Local
     big = b"x" * (3 * 1024 * 1024)
     sb.write("/tmp/big", big)
     assert sb.read("/tmp/big") == big
+
+
+_ORPHAN_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from lego.config import SandboxConfig
+from lego.sandboxes.local import LocalSandbox
+from lego.types import Task
+box = LocalSandbox(Task.model_validate_json(Path(sys.argv[1]).read_text()), SandboxConfig(), proxy_uds=Path(sys.argv[2]))
+print(json.dumps({"bridge": box._procs.bridge.pid, "init": box._procs.init.pid}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_lego_leaves_no_bridge_or_sandbox_behind(calc_task: Task, tmp_path: Path) -> None:
+    """SIGKILL (or an unhandled SIGTERM) of the process that made a sandbox: its proxy bridge (socat, in
+    a session of its own) and its bwrap init die with it, instead of listening on as orphans."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sock = tmp_path / "proxy.sock"
+    server = _UnixHTTP(str(sock), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    task_file = tmp_path / "task.json"
+    task_file.write_text(calc_task.model_dump_json())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT, str(task_file), str(sock)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        pids = json.loads(proc.stdout.readline())
+        for pid in pids.values():
+            os.kill(pid, 0)  # alive while their owner is
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        alive = dict(pids)
+        while alive and time.monotonic() < deadline:
+            for name, pid in list(alive.items()):
+                try:
+                    os.kill(pid, 0)
+                    if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                        del alive[name]  # a zombie awaiting its (re)parent's wait: dead
+                except ProcessLookupError:
+                    del alive[name]
+            time.sleep(0.05)
+        assert not alive, f"outlived the process that made them: {alive}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.shutdown()
+        server.server_close()
