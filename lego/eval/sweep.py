@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -186,7 +187,7 @@ class FairComparison(BaseModel):
     confirmed: Confirmed | None = Field(None, description="Best-vs-best on the confirm stage's fresh samples.")
     same_temperature: list[SameTemperature]
     pass_at_k: list[PassAtKRow]
-    pass_at_k_from: str = Field(
+    pass_at_k_from: Literal["confirm", "sweep"] = Field(
         description="Whose samples pass@k is computed on: 'confirm' (the fresh samples at each chosen "
         "temperature) or 'sweep' (the sweep's samples at each best temperature)."
     )

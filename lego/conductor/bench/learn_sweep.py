@@ -34,10 +34,10 @@ from lego.types import Task
 __all__ = [
     "best_temperature",
     "compare_policies",
-    "confirm_grid",
     "outcome_grid",
     "run_confirm",
     "run_sweep",
+    "sample_grid",
     "sweep_dir",
 ]
 
@@ -140,9 +140,10 @@ def run_confirm(
     return {name: per_temp[temperature] for name, (_, temperature) in chosen.items()}, wall
 
 
-def confirm_grid(results: EvalResults, policy: str, task_ids: Sequence[str], first: int, n: int) -> np.ndarray:
-    """(n_tasks, n) 0/1 outcomes of ``policy``'s samples ``first`` .. ``first + n - 1``; NaN where missing or
-    an infrastructure failure."""
+def sample_grid(results: EvalResults, policy: str, task_ids: Sequence[str], first: int, n: int) -> np.ndarray:
+    """(n_tasks, n) 0/1 outcomes of ``policy``'s samples ``first`` .. ``first + n - 1`` in one eval; NaN
+    where a sample is missing or was an infrastructure failure (left out of every score, never counted
+    as a failure)."""
     row = {t: i for i, t in enumerate(task_ids)}
     grid = np.full((len(task_ids), n), np.nan)
     for s in results.samples:
@@ -154,16 +155,9 @@ def confirm_grid(results: EvalResults, policy: str, task_ids: Sequence[str], fir
 def outcome_grid(
     results: Mapping[float, EvalResults], policy: str, task_ids: Sequence[str], samples: int
 ) -> np.ndarray:
-    """(n_tasks, n_temperatures, n_samples) 0/1 outcomes of ``policy``; NaN where a sample is missing or
-    was an infrastructure failure (left out of every score, never counted as a failure)."""
-    temps = list(results)
-    row = {t: i for i, t in enumerate(task_ids)}
-    grid = np.full((len(task_ids), len(temps), samples), np.nan)
-    for j, temperature in enumerate(temps):
-        for s in results[temperature].samples:
-            if s.key.policy == policy and s.key.task_id in row and s.key.sample < samples and not s.infra:
-                grid[row[s.key.task_id], j, s.key.sample] = 1.0 if s.passed else 0.0
-    return grid
+    """(n_tasks, n_temperatures, n_samples): :func:`sample_grid` of samples 0 .. ``samples - 1`` at every
+    temperature of the sweep."""
+    return np.stack([sample_grid(res, policy, task_ids, 0, samples) for res in results.values()], axis=1)
 
 
 def point_counters(results: Mapping[float, EvalResults], policy: str) -> list[dict[str, Any]]:
@@ -218,8 +212,8 @@ def compare_policies(
         confirm = ConfirmGrids(
             tb,
             ta,
-            confirm_grid(chosen["start"], "start", ids, n, m),
-            confirm_grid(chosen["trained"], "trained", ids, n, m),
+            sample_grid(chosen["start"], "start", ids, n, m),
+            sample_grid(chosen["trained"], "trained", ids, n, m),
         )
         info.update(confirm_wall_s=round(cwall, 1), confirm_temperature=ta)
     comparison = compare_sweeps(

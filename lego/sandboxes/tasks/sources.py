@@ -274,4 +274,5 @@ def select_tasks(tasks: list[Task], where: dict[str, list[str]]) -> list[Task]:
     missing = [k for k in where if k not in known]
     if missing:
         raise TaskError(f"tasks.where: no task has metadata {missing}; the tasks have {sorted(known)}")
-    return [t for t in tasks if all(str(t.metadata.get(k)) in set(map(str, vals)) for k, vals in where.items())]
+    allowed = {k: {str(v) for v in vals} for k, vals in where.items()}
+    return [t for t in tasks if all(str(t.metadata.get(k)) in vals for k, vals in allowed.items())]
