@@ -304,7 +304,7 @@ def train(
                 eps=cfg.algorithm.adv_eps,
             )
             items = items_from_trajectories(trajs, advantages, side_threads=cfg.training.train_side_threads)
-            train_m = trainer.step(items) if items else {}
+            train_m = trainer.train_step(items) if items else {}
             version = weights.push(trainer) if items else policy.engine.policy_version
             m = step_metrics(trajs, train_m)
             sampled = sum(t.num_sampled_tokens for t in trajs)

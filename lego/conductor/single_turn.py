@@ -174,7 +174,7 @@ class SingleTurnLoop:
         trajectories, texts = self.rollouts(prompts)
         t1 = time.perf_counter()
         items = items_from_trajectories(trajectories, adv_eps=self.trainer.algo.adv_eps)
-        metrics = self.trainer.step(items)
+        metrics = self.trainer.train_step(items)
         t2 = time.perf_counter()
         version = InProcessCopy(self.engine).push(self.trainer)
         t3 = time.perf_counter()

@@ -19,9 +19,10 @@ With an explicit ``old_logprobs`` (a further update against an older π_old) a n
 the batch first gives log πθ's value for GSPO's episode-pooled ratio Δ, which the loss needs before
 any micro-batch's backward; :meth:`Trainer.recompute` is that pass, public, per item.
 
-Simplifications, stated: one optimizer update per batch, so π_old is the current policy and every
-ratio is 1 (GSPO's clip only matters for the off-policy gap, which truncated importance sampling,
-``algorithm.tis_cap``, covers). The model runs in eval mode (no dropout), as the engine does, so
+Simplifications, stated: by default one optimizer update per batch, so π_old is the current policy
+and every ratio is 1 (GSPO's clip only matters for the off-policy gap, which truncated importance
+sampling, ``algorithm.tis_cap``, covers). :meth:`Trainer.train_step` with ``training.ppo_epochs > 1``
+adds further updates on the same batch against the sampling weights, where the ratio and clip act. The model runs in eval mode (no dropout), as the engine does, so
 the trainer's log-probs match the engine's forward pass. Sequences are right-padded per micro-batch.
 
 Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
@@ -34,6 +35,8 @@ Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
     actor/ref_kl                         k3 KL to the reference, with algorithm.kl_coef > 0
     actor/entropy                        mean entropy of softmax(logits / T) at sampled positions
     actor/grad_norm, actor/lr            before clipping; the optimizer's learning rate
+    actor/last_epoch/*                   with training.ppo_epochs > 1: the last update's pg_loss,
+                                         pg_clipfrac, ppo_kl, ratio_mean|max and grad_norm
     actor/tokens, actor/segments, actor/episodes
     training/rollout_actor_probs_pearson_corr, training/rollout_probs_diff_{max,mean,std},
     rollout_corr/{kl,k3_kl,chi2_token,ess_frac,tokens}    fidelity; each also per harness as
@@ -215,6 +218,30 @@ class Trainer:
         metrics["perf/trainer_step_s"] = wall
         metrics["perf/tokens_per_s"] = metrics["actor/tokens"] / wall if wall > 0 else 0.0
         self.step_count += 1
+        return metrics
+
+    def train_step(self, items: Sequence[TrainItem]) -> dict[str, float]:
+        """One step of the loop: ``training.ppo_epochs`` updates on ``items``, counted as one step.
+
+        The first update is :meth:`step` (on-policy, the fidelity gate checked on the whole batch
+        before any weight moves). Each further update runs against π_old, the weights the rollouts
+        were sampled with (a no-grad pass before the first update), at the same learning rate, so the
+        importance ratio and its clip bound how far the batch is reused. Returns the first update's
+        metrics plus ``actor/last_epoch/*`` (loss, clip fraction, ratio, KL to π_old, grad norm) of the last."""
+        epochs = self.train_cfg.ppo_epochs
+        if epochs == 1:
+            return self.step(items)
+        old = self.recompute(items)
+        metrics = self.step(items)
+        t0 = time.perf_counter()
+        for _ in range(epochs - 1):
+            last = self.compute_gradients(items, old_logprobs=old)
+            last["actor/grad_norm"] = self.apply_gradients()
+        keys = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/ratio_mean", "actor/ratio_max")
+        metrics.update(
+            {f"actor/last_epoch/{k.split('/', 1)[1]}": last[k] for k in (*keys, "actor/grad_norm") if k in last}
+        )
+        metrics["perf/trainer_step_s"] += time.perf_counter() - t0
         return metrics
 
     def compute_gradients(

@@ -49,7 +49,9 @@ class FidelityConfig(Section):
 class TrainingConfig(Section):
     """The training loop."""
 
-    steps: int = Field(10, ge=1, description="Optimizer updates of the run; each is one step of B x G rollouts.")
+    steps: int = Field(
+        10, ge=1, description="Steps of the run; each is one batch of B x G rollouts and training.ppo_epochs updates."
+    )
     tasks_per_step: int = Field(2, ge=1, description="B: tasks per step; each gets algorithm.group_size rollouts.")
     concurrency: int = Field(4, ge=1, description="Rollouts in flight at once.")
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate (peak, after training.warmup_steps).")
@@ -61,6 +63,15 @@ class TrainingConfig(Section):
     )
     weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay (Loshchilov & Hutter 2019).")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2) moment decay rates.")
+    ppo_epochs: int = Field(
+        1,
+        ge=1,
+        description="Optimizer updates per step on the same rollouts (verl's ppo_epochs). The first is the "
+        "on-policy update (the fidelity gate applies); each further one reuses the batch against π_old, the "
+        "weights it was sampled with, so the ratio and its clip act (token level: clip_low 0.2 / clip_high "
+        "0.28). More learning per rollout where rollouts cost far more than an update (a CPU, an agent "
+        "harness). The schedule, checkpoints and resume still count steps.",
+    )
     micro_batch_size: int = Field(
         4,
         ge=1,

@@ -78,3 +78,45 @@ def test_tripped_gate_leaves_weights_grads_and_optimizer_untouched(model_dir, it
     assert not trainer.optimizer.state  # AdamW never stepped
     after = trainer.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_ppo_epochs_reuse_the_batch_against_the_sampling_weights(model_dir, items, make_config):
+    """``training.ppo_epochs = 3``: the first update is ``step`` itself, the next two are explicit
+    updates against π_old recomputed *before* the first one (not against the moved weights), the
+    whole is one step, and a tripped gate still leaves everything untouched."""
+    cfg = make_config(micro_batch_size=4)
+    cfg.algorithm.ratio_level, cfg.algorithm.clip_low, cfg.algorithm.clip_high = "token", 0.2, 0.28
+    cfg.training.ppo_epochs = 3
+    by_epochs, by_hand = Trainer(model_dir, cfg), Trainer(model_dir, cfg)
+
+    m = by_epochs.train_step(items)
+    assert by_epochs.step_count == 1
+    old = by_hand.recompute(items)
+    first = by_hand.step(items)
+    for _ in range(2):
+        last = by_hand.compute_gradients(items, old_logprobs=old)
+        last["actor/grad_norm"] = by_hand.apply_gradients()
+    w_hand = by_hand.model.state_dict()
+    for name, w in by_epochs.model.state_dict().items():
+        assert float((w - w_hand[name]).abs().max()) <= 1e-7, name
+    assert _fidelity(m) == pytest.approx(_fidelity(first), abs=1e-12)
+    # the reused batch is off-policy by then: ratios moved away from 1 and the KL to π_old is positive
+    assert m["actor/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert m["actor/last_epoch/ppo_kl"] == pytest.approx(last["actor/ppo_kl"], abs=1e-9) and last["actor/ppo_kl"] != 0.0
+    assert m["actor/last_epoch/ratio_max"] > 1.0
+    assert m["actor/last_epoch/grad_norm"] == pytest.approx(last["actor/grad_norm"], rel=1e-6)
+
+    one = Trainer(model_dir, make_config(micro_batch_size=4))
+    one.train_step(items)  # ppo_epochs = 1 is exactly step()
+    assert any(
+        float((w - one.model.state_dict()[n]).abs().max()) > 1e-6 for n, w in by_epochs.model.state_dict().items()
+    )
+
+    cfg.algorithm.temperature = 0.25  # the engine sampled at 1.0: the gate trips on the first update
+    cfg.training.fidelity.patience = 1
+    gated = Trainer(model_dir, cfg)
+    before = {k: v.clone() for k, v in gated.model.state_dict().items()}
+    with pytest.raises(FidelityError, match=PEARSON):
+        gated.train_step(items)
+    assert gated.step_count == 0 and not gated.optimizer.state
+    assert all(torch.equal(before[k], v) for k, v in gated.model.state_dict().items())

@@ -118,7 +118,7 @@ def measure(queries: int, tool_turns: int, repeats: int) -> dict[str, Any]:
             for _ in range(repeats):
                 trainer = Trainer(model_dir, cfg)
                 start = time.perf_counter()
-                metrics = trainer.step(items)
+                metrics = trainer.train_step(items)
                 times.append(time.perf_counter() - start)
                 pearson = metrics[PEARSON]
             counters = rec.summary_counters()
