@@ -35,6 +35,11 @@ NETWORK = ("lego harness install",)
 
 CLAIMS: dict[str, list[str]] = {
     "lego doctor": [r"lego doctor", r"\* required for the embedded default"],
+    "lego bench probe default --where 'mutation_kind=and -> or' --where 'mutation_kind=or -> and' --token ' and' --token ' or'": [
+        r'"tasks_probed": 20',
+        r'"mean": 0\.49\d+',
+        r'"positions": 40',
+    ],
     "lego config show -o training.steps=3": [r"(?m)^\[training\]$", r"(?m)^steps = 3$"],
     "lego tasks list builtin:heldout": [r"(?m)^lego-builtin__\S+\theldout\t"],
     "lego harness install mini-swe-agent": [r"mini-swe-agent"],

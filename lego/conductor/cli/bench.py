@@ -14,6 +14,7 @@ BENCHES = {
     "trainer": "lego.conductor.bench.trainer:command",
     "learn": "lego.conductor.bench.learn:command",
     "reasoning": "lego.conductor.bench.reasoning:command",
+    "probe": "lego.conductor.bench.probe:command",
 }
 
 
