@@ -22,8 +22,9 @@ any micro-batch's backward; :meth:`Trainer.recompute` is that pass, public, per 
 Simplifications, stated: by default one optimizer update per batch, so π_old is the current policy
 and every ratio is 1 (GSPO's clip only matters for the off-policy gap, which truncated importance
 sampling, ``algorithm.tis_cap``, covers). :meth:`Trainer.train_step` with ``training.ppo_epochs > 1``
-adds further updates on the same batch against the sampling weights, where the ratio and clip act. The model runs in eval mode (no dropout), as the engine does, so
-the trainer's log-probs match the engine's forward pass. Sequences are right-padded per micro-batch.
+adds further updates on the same batch against the sampling weights, where the ratio and clip act.
+The model runs in eval mode (no dropout), as the engine does, so the trainer's log-probs match the
+engine's forward pass. Sequences are right-padded per micro-batch.
 
 Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
 

@@ -6,10 +6,13 @@ half (it picks without looking: README, "Where the room is"). A second model is 
 positions and reported against the first."""
 
 import json
+import shutil
 
 from click.testing import CliRunner
+from transformers import AutoTokenizer
 
 from lego.conductor.cli.main import cli
+from lego.models.tiny import resolve_model
 
 AND_OR = [
     "--where",
@@ -51,8 +54,15 @@ def test_and_or_is_a_coin_and_plus_minus_a_skill(tmp_path):
     assert skill["models"][0]["mean"] > 0.85
 
 
-def test_bad_arguments_name_the_option_and_exit_2():
+def test_bad_arguments_name_the_option_and_exit_2(tmp_path):
     runner = CliRunner()
+    other = tmp_path / "other"
+    shutil.copytree(resolve_model("default"), other)
+    tok = AutoTokenizer.from_pretrained(other)
+    tok.add_tokens(["<another-vocab>"])
+    tok.save_pretrained(other)
+    mixed = runner.invoke(cli, ["bench", "probe", "default", str(other), *AND_OR])
+    assert mixed.exit_code == 2 and "another tokenizer" in mixed.output
     multi = runner.invoke(cli, ["bench", "probe", "default", "--token", "return a"])
     assert multi.exit_code == 2 and "--token" in multi.output and "exactly one token" in multi.output
     where = runner.invoke(cli, ["bench", "probe", "default", "--token", " and", "--where", "mutation_kind"])

@@ -90,6 +90,11 @@ def probe(
     per_model: list[dict[str, Any]] = []
     base: list[float] = []
     for name, path in zip(models, dirs, strict=True):
+        if per_model and AutoTokenizer.from_pretrained(path).get_vocab() != tokenizer.get_vocab():
+            raise LegoError(
+                f"{name} ({path}) has another tokenizer than {models[0]}: the gold conversations are tokenized "
+                "once, with the first model's; probe models of one family together"
+            )
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         p = gold_token_probs(model, examples, ids, temperature)
         if not p:
