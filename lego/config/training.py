@@ -69,8 +69,9 @@ class TrainingConfig(Section):
         description="Optimizer updates per step on the same rollouts (verl's ppo_epochs). The first is the "
         "on-policy update (the fidelity gate applies); each further one reuses the batch against π_old, the "
         "weights it was sampled with, so the ratio and its clip act (token level: clip_low 0.2 / clip_high "
-        "0.28). More learning per rollout where rollouts cost far more than an update (a CPU, an agent "
-        "harness). The schedule, checkpoints and resume still count steps.",
+        "0.28). More learning per rollout where a rollout batch costs far more than an update; on a 2-core CPU "
+        "one epoch over 32 agent rollouts of the default costs ~25 s against 50-80 s of rollouts. The "
+        "schedule, checkpoints and resume still count steps.",
     )
     micro_batch_size: int = Field(
         4,
