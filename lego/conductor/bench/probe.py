@@ -9,8 +9,8 @@ probability each model gives that token (softmax at ``--temperature``, on the ex
 A model that copies the viewed operator gives ~1; one that ignores it gives its context-free rate
 (~0.5 for a two-way choice).
 
-The first model is the baseline: every other model's mean is reported beside it, with the paired
-difference over the same positions and its ratio. Used in the README to show that the warm start
+The first model is the baseline: every other model's mean over the same positions is reported
+beside it, with the difference and the ratio. Used in the README to show that the warm start
 picks `and`/`or` in `str_replace` independently of the line it viewed (mean 0.496).
 """
 
@@ -48,12 +48,12 @@ def gold_token_probs(model: Any, examples: Sequence[Any], token_ids: set[int], t
     gives)."""
     out: list[float] = []
     for ex in examples:
-        ids = torch.tensor([ex.ids], dtype=torch.long)
-        logits = model(input_ids=ids).logits[0, :-1].float() / temperature
-        probs = torch.softmax(logits, dim=-1)
-        for i in range(len(ex.ids) - 1):
-            if ex.mask[i + 1] and ex.ids[i + 1] in token_ids:
-                out.append(float(probs[i, ex.ids[i + 1]]))
+        rows = [i for i in range(len(ex.ids) - 1) if ex.mask[i + 1] and ex.ids[i + 1] in token_ids]
+        if not rows:
+            continue
+        logits = model(input_ids=torch.tensor([ex.ids], dtype=torch.long)).logits[0, rows].float() / temperature
+        gold = torch.tensor([ex.ids[i + 1] for i in rows])
+        out += torch.softmax(logits, dim=-1).gather(1, gold[:, None])[:, 0].tolist()
     return out
 
 
@@ -67,7 +67,7 @@ def probe(
     seed: int = 0,
 ) -> dict[str, Any]:
     """The probe's JSON: per model the mean, min and count of the gold-token probabilities, and the
-    paired difference from the first model."""
+    difference from the first model's mean."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lego.conductor.sft import tokenize
@@ -88,7 +88,6 @@ def probe(
     ids = {_token_id(tokenizer, t) for t in tokens}
     examples = tokenize(generate(tasks, seed, variants=1), ChatFormat(tokenizer), max_len=4096)
     per_model: list[dict[str, Any]] = []
-    base: list[float] = []
     for name, path in zip(models, dirs, strict=True):
         if per_model and AutoTokenizer.from_pretrained(path).get_vocab() != tokenizer.get_vocab():
             raise LegoError(
@@ -100,12 +99,10 @@ def probe(
         if not p:
             raise LegoError(f"no assistant position in the gold conversations has a gold token in {list(tokens)}")
         row: dict[str, Any] = {"model": name, "path": path, "mean": sum(p) / len(p), "min": min(p), "positions": len(p)}
-        if not per_model:
-            base = p
-        else:
-            diff = [a - b for a, b in zip(p, base, strict=True)]
-            row["minus_baseline"] = sum(diff) / len(diff)
-            row["ratio_to_baseline"] = row["mean"] / per_model[0]["mean"] if per_model[0]["mean"] else None
+        if per_model:  # the same conversations and tokenizer: the same positions as the baseline
+            base = per_model[0]["mean"]
+            row["minus_baseline"] = row["mean"] - base
+            row["ratio_to_baseline"] = row["mean"] / base if base else None
         per_model.append(row)
     return {
         "bench": "probe",
