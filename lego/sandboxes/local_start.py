@@ -134,10 +134,15 @@ class HostProcesses:
             data_fds[inside] = r
         args = bwrap_args(fs, ro_binds=[(point, str(src)) for src, point in stage], data_fds=data_fds)
         fs_bytes = self.cfg.disk_mb << 20
+        tie = _die_with_parent(os.getpid())
 
         def child() -> None:
             self.limits()
             enter_private_ns(self.identity, fs, fs_bytes, stage)
+            # bubblewrap's own --die-with-parent arrives through --args and acts only once its set-up
+            # is done: until then a lego killed mid-start would leave it waiting forever. Armed after
+            # the identity change (which clears it).
+            tie()
 
         # Arguments go through --args (a pipe), so /proc/1/cmdline inside shows no host paths.
         args_r, args_w = os.pipe()

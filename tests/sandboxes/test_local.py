@@ -240,3 +240,79 @@ def test_a_killed_lego_leaves_no_bridge_or_sandbox_behind(calc_task: Task, tmp_p
             proc.kill()
         server.shutdown()
         server.server_close()
+
+
+_KILLED_IN_STARTUP_SCRIPT = """
+import json, os, sys, time
+from pathlib import Path
+from lego.config import SandboxConfig
+from lego.sandboxes import local_start
+from lego.sandboxes.local import LocalSandbox
+from lego.types import Task
+point = sys.argv[2]
+original = getattr(local_start.HostProcesses, point)
+
+def stall(self, *args, **kwargs):
+    if point == "start_spawner":  # bubblewrap has started and waits for its arguments
+        original(self, *args, **kwargs)
+    print(json.dumps({"init": self.init.pid}), flush=True)
+    time.sleep(600)  # lego is SIGKILLed here, in the middle of starting the sandbox
+
+setattr(local_start.HostProcesses, point, stall)
+LocalSandbox(Task.model_validate_json(Path(sys.argv[1]).read_text()), SandboxConfig())
+"""
+
+
+def _marked(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker`` (what a test's child and its children inherit)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes() and _alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("point", ["start_spawner", "_read_child_pid", "_wait_ready"])
+def test_lego_killed_while_a_sandbox_starts_leaves_nothing_behind(calc_task: Task, tmp_path: Path, point: str) -> None:
+    """SIGKILL of lego at any moment of a sandbox's start-up (bubblewrap waiting for its arguments,
+    building the filesystem, the server not yet ready): bubblewrap and everything it started die too,
+    instead of waiting forever as orphans that hold the sandbox's cgroup."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    marker = f"LEGO_TEST_STARTUP_KILL={uuid.uuid4().hex}"
+    task_file = tmp_path / "task.json"
+    task_file.write_text(calc_task.model_dump_json())
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_IN_STARTUP_SCRIPT, str(task_file), point],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        init = json.loads(proc.stdout.readline())["init"]
+        time.sleep(0.3)  # bubblewrap gets as far as it can without lego
+        assert _alive(init) and init in _marked(marker)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for pid in _marked(marker)}
+        assert not left, f"outlived the lego that was starting them: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _marked(marker):
+            os.kill(pid, signal.SIGKILL)
