@@ -88,5 +88,9 @@ def can_merge(cache: Any) -> bool:
 def merge_caches(into: Any, other: Any, pad_into: int, pad_other: int) -> None:
     """Concatenate two KV caches along the batch, left-padding the shorter one's sequence axis."""
     for a, b in zip(into.layers, other.layers, strict=True):
-        a.keys = torch.cat([F.pad(a.keys, (0, 0, pad_into, 0)), F.pad(b.keys, (0, 0, pad_other, 0))], dim=0)
-        a.values = torch.cat([F.pad(a.values, (0, 0, pad_into, 0)), F.pad(b.values, (0, 0, pad_other, 0))], dim=0)
+        keys = torch.cat([F.pad(a.keys, (0, 0, pad_into, 0)), F.pad(b.keys, (0, 0, pad_other, 0))], dim=0)
+        values = torch.cat([F.pad(a.values, (0, 0, pad_into, 0)), F.pad(b.values, (0, 0, pad_other, 0))], dim=0)
+        if hasattr(a, "set"):  # lego.engines.kv.GrowingLayer: into a buffer with room to grow
+            a.set(keys, values)
+        else:
+            a.keys, a.values = keys, values
