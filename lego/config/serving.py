@@ -87,6 +87,13 @@ class EngineConfig(Section):
         description="transformers engine: keep the KV of the prompt prefix shared by recent requests (an agent's "
         "system prompt and tools) and prefill only what follows it. Invalidated by every weight update.",
     )
+    session_cache_mb: int = Field(
+        256,
+        ge=0,
+        description="transformers engine, with prefix_cache: MiB of finished requests' KV kept (least recently used "
+        "dropped first), so a session's next turn prefills only what its harness appended (the tool result). "
+        "0 turns it off. Invalidated by every weight update.",
+    )
 
 
 class ProxyConfig(Section):

@@ -3,9 +3,10 @@
 Rows are left-padded (an attention mask and explicit position ids make the padding invisible, so a
 row's result never depends on its batch). Finished rows leave the batch and the KV cache; requests
 that arrive meanwhile are prefilled on their own and merged in (``lego.engines.batching``), unless
-a weight swap is waiting: then the batch drains and ends. With a shared prefix cached
-(``lego.engines.prefix_cache``) a batch prefills only what follows it: row layout
-``[prefix][left pad][suffix]``.
+a weight swap is waiting: then the batch drains and ends. Each prompt starts from the longest
+prefix whose KV is cached (``lego.engines.prefix_cache``: the prefix recent prompts share, or a
+finished row's prompt and completion, the previous turn of its session) and only the rest is
+prefilled: row layout ``[left pad][cached][left pad][rest]``. A finished row's KV goes to that cache.
 
 Prefill runs in chunks of ``prefill_chunk`` columns through the KV cache: a whole W-token prompt in
 one forward builds attention scores and masks of W x W per row (gigabytes at agent prompt lengths,
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from lego.engines.batching import Footprint, PendingRequest, can_merge, merge_caches
-from lego.engines.prefix_cache import CachedPrefix, PrefixCache
+from lego.engines.prefix_cache import PrefixCache
 from lego.engines.sampling import RowSampler
 from lego.engines.scheduler import BatchScheduler
 from lego.types import Generation
@@ -86,55 +87,70 @@ class Decoder:
 
     def encode_one(self, ids: list[int]) -> Any:
         """The KV cache of one unpadded prompt (the shared prefix)."""
-        from transformers import DynamicCache
+        from lego.engines.kv import GrowingCache
 
-        cache = DynamicCache()
+        cache = GrowingCache()
         tokens = torch.tensor([ids], device=self.device)
         self.encode(tokens, torch.ones_like(tokens), torch.arange(len(ids), device=self.device)[None], cache)
         return cache
 
     def prefill(self, requests: list[PendingRequest]) -> Prefilled:
-        """Left-pad ``requests`` into one batch and run the prompt (after the cached prefix, if any)."""
-        from transformers import DynamicCache
+        """Lay ``requests`` out as one batch and run their prompts, each after the longest cached
+        prefix it has (:meth:`PrefixCache.lookup`). Row layout ``[pad][cached][pad][rest]``: every
+        row's cached tokens end in column P and its last prompt token sits in the last column."""
+        from lego.engines.kv import GrowingCache
 
         prompts = [r.prompt_ids for r in requests]
-        prefix = self.prefix_cache.lookup(prompts, self.version(), self.encode_one)
-        if prefix is not None:
-            return self._prefill_after(prefix, prompts)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding: every row's last prompt token sits in the last column
-            ids[i, width - len(p) :] = torch.tensor(p)
-            mask[i, width - len(p) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        starts = self.prefix_cache.lookup(prompts, self.version(), self.encode_one)
+        cached = [hit[1] if hit else 0 for hit in starts]
+        # Never wider than plain left padding (the width admission control counted): a row's cached
+        # part ends where the longest rest begins, so long hits are cut when a short one shares the batch.
+        width_s = max(len(p) - n for p, n in zip(prompts, cached, strict=True))
+        room = max(len(p) for p in prompts) - width_s
+        cached = [min(n, room) for n in cached]
+        b, width_p = len(prompts), max(cached)
+        ids = torch.full((b, width_s), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((b, width_p + width_s), dtype=torch.long)
+        positions = torch.zeros((b, width_s), dtype=torch.long)
+        for i, (p, n) in enumerate(zip(prompts, cached, strict=True)):
+            rest = len(p) - n
+            ids[i, width_s - rest :] = torch.tensor(p[n:])
+            mask[i, width_p - n : width_p] = 1
+            mask[i, width_p + width_s - rest :] = 1
+            positions[i, width_s - rest :] = torch.arange(n, len(p))
         ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
-        cache = DynamicCache()
+        cache = GrowingCache()
+        if width_p:
+            hits = [hit for hit in starts if hit]
+            for layer in range(len(hits[0][0].layers)):
+                like = hits[0][0].layers[layer][0]
+                keys = like.new_zeros((b, like.shape[1], width_p, like.shape[3]))
+                values = torch.zeros_like(keys)
+                for i, (hit, n) in enumerate(zip(starts, cached, strict=True)):
+                    if hit and n:
+                        k, v = hit[0].layers[layer]
+                        keys[i, :, width_p - n :] = k[0, :, :n]
+                        values[i, :, width_p - n :] = v[0, :, :n]
+                cache.update(keys, values, layer)
+            self.stats["prefix_hits"] += sum(1 for n in cached if n)
+            self.stats["prefix_tokens_saved"] += sum(cached)
         logits = self.encode(ids, mask, positions, cache)
         return logits, mask, positions[:, -1:] + 1, cache
 
-    def _prefill_after(self, prefix: CachedPrefix, prompts: list[list[int]]) -> Prefilled:
-        """Prefill for prompts that all extend ``prefix``: only the suffixes run through the model."""
-        from transformers import DynamicCache
-
-        dev, n, b = self.device, len(prefix.ids), len(prompts)
-        suffixes = [p[n:] for p in prompts]
-        width = max(len(s) for s in suffixes)
-        ids = torch.full((b, width), self.pad_token_id, dtype=torch.long)
-        tail = torch.zeros((b, width), dtype=torch.long)
-        for i, suffix in enumerate(suffixes):
-            ids[i, width - len(suffix) :] = torch.tensor(suffix)
-            tail[i, width - len(suffix) :] = 1
-        positions = (n + tail.cumsum(-1) - 1).clamp(min=n)
-        mask = torch.cat([torch.ones((b, n), dtype=torch.long), tail], dim=-1)
-        ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
-        cache = DynamicCache()
-        for layer, (keys, values) in enumerate(prefix.layers):
-            cache.update(keys.expand(b, -1, -1, -1).contiguous(), values.expand(b, -1, -1, -1).contiguous(), layer)
-        logits = self.encode(ids, mask, positions, cache)
-        self.stats["prefix_hits"] += b
-        self.stats["prefix_tokens_saved"] += b * n
-        return logits, mask, positions[:, -1:] + 1, cache
+    def _remember(self, request: PendingRequest, row: int, mask: torch.Tensor, cache: Any, version: int) -> None:
+        """Hand a finished row's KV (its real columns: the prompt and every sampled token but the
+        last, which was never run) to the prefix cache, for the session's next turn."""
+        if not self.prefix_cache.session_bytes:
+            return
+        columns = mask[row].nonzero()[:, 0]
+        ids = request.prompt_ids + request.token_ids[:-1]
+        if len(ids) != len(columns):  # the row's columns and tokens disagree: keep nothing rather than wrong KV
+            return
+        layers = [
+            (layer.keys[row : row + 1, :, columns], layer.values[row : row + 1, :, columns])  # copies
+            for layer in cache.layers
+        ]
+        self.prefix_cache.remember(ids, version, layers)
 
     def run(self, batch: list[PendingRequest], scheduler: BatchScheduler) -> None:
         """Decode ``batch`` step by step, resolving each request as soon as it is done."""
@@ -160,6 +176,7 @@ class Decoder:
                 if reason is None:
                     keep.append(row)
                     continue
+                self._remember(r, row, mask, cache, version)
                 r.resolve(
                     Generation(
                         token_ids=r.token_ids,

@@ -16,9 +16,11 @@ prompt-length-squared attention matrix. Neither changes a row's tokens or logpro
 
 Shared-prefix cache (``prefix_cache=True``): every request of an agent starts with the same system
 prompt and tool schemas (659 tokens for lego-agent, most of a turn's prompt). The engine keeps the
-longest common prefix of its recent prompts with its KV (computed once per ``policy_version``), and a
-batch whose prompts all extend it prefills only the rest: row layout ``[prefix][left pad][suffix]``,
-with the attention mask and explicit position ids making the padding invisible, as in the plain path.
+longest common prefix of its recent prompts with its KV (computed once per ``policy_version``), and
+the KV of finished requests (``session_cache_mb``): a session's next turn extends its previous prompt
+and completion, so it prefills only what the harness appended. Each row starts after its longest
+cached prefix: row layout ``[left pad][cached][left pad][rest]``, with the attention mask and explicit
+position ids making the padding invisible, as in the plain path.
 
 What the logprobs mean, exactly: for each sampled token, ``log_softmax(logits / T)[token]`` where
 ``logits`` are the model's raw fp32 logits and ``T`` the request's temperature, computed BEFORE
@@ -79,6 +81,7 @@ class TransformersEngine:
         seed: int = 0,
         num_threads: int | None = None,
         prefix_cache: bool = True,
+        session_cache_mb: int = 256,
         max_batch_tokens: int | None = 65536,
         prefill_chunk_tokens: int | None = 512,
     ) -> None:
@@ -118,7 +121,7 @@ class TransformersEngine:
         self._closed = False
         self._request_counter = 0
         self.stats: dict[str, int] = {}
-        self.prefix_cache = PrefixCache(prefix_cache, self.stats)
+        self.prefix_cache = PrefixCache(prefix_cache, self.stats, session_cache_mb << 20)
         self.decoder = Decoder(
             self.model,
             self.pad_token_id,
@@ -152,6 +155,7 @@ class TransformersEngine:
             seed=cfg.seed,
             num_threads=cfg.num_threads,
             prefix_cache=cfg.prefix_cache,
+            session_cache_mb=cfg.session_cache_mb,
             max_batch_tokens=cfg.max_batch_tokens,
             prefill_chunk_tokens=cfg.prefill_chunk_tokens,
         )

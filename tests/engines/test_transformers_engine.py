@@ -373,3 +373,59 @@ def test_a_request_over_the_budget_runs_alone_and_chunked_prefill_is_exact(tiny_
         assert_finished_properly(tight, gen, 6)
         assert_matches(gen.logprobs, teacher_forced(tight.model, prompt, gen.token_ids))
     asyncio.run(tight.close())
+
+
+def test_a_sessions_next_turn_reuses_its_previous_turn_and_stays_exact(tiny_model_dir, chat_format) -> None:
+    """Turn 2 extends turn 1's prompt and completion (plus a tool result): it prefills only what was
+    appended, from the KV turn 1 left, and its tokens and logprobs are those of a cold engine. A turn
+    whose prompt diverges inside the earlier completion reuses the common part only; a weight update
+    drops every kept sequence."""
+    warm = TransformersEngine(tiny_model_dir, max_batch_size=8)
+    cold = TransformersEngine(tiny_model_dir, max_batch_size=8, session_cache_mb=0)
+    firsts = _agent_prompts(chat_format, 4)
+    tool = chat_format.encode(
+        "<|im_end|>\n<|im_start|>user\nexit code 0\n./pkg/mod.py<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+    async def turn(engine: TransformersEngine, prompts: list[list[int]], seed: int) -> list:
+        return await asyncio.gather(
+            *[engine.generate(p, SamplingParams(max_tokens=16, seed=seed + i)) for i, p in enumerate(prompts)]
+        )
+
+    one = asyncio.run(turn(warm, firsts, 0))
+    assert warm.stats["sessions_kept"] == 4 and cold.stats["sessions_kept"] == 0
+    seconds = [p + g.token_ids + tool for p, g in zip(firsts, one, strict=True)]
+    saved = warm.stats["prefix_tokens_saved"]
+    two, reference = asyncio.run(turn(warm, seconds, 10)), asyncio.run(turn(cold, seconds, 10))
+    assert warm.stats["session_hits"] == 4
+    # each row started after its whole previous turn (all but its last sampled token, never run)
+    expected = sum(len(p) + len(g.token_ids) - 1 for p, g in zip(firsts, one, strict=True))
+    assert warm.stats["prefix_tokens_saved"] - saved == expected
+    for prompt, got, ref in zip(seconds, two, reference, strict=True):
+        assert got.token_ids == ref.token_ids
+        assert_matches(got.logprobs, ref.logprobs)
+        assert_matches(got.logprobs, teacher_forced(warm.model, prompt, got.token_ids))
+
+    diverged = seconds[0][: len(firsts[0]) + 2] + chat_format.encode("something else entirely") + tool
+    hits = warm.stats["session_hits"]
+    [got] = asyncio.run(turn(warm, [diverged], 20))
+    assert warm.stats["session_hits"] == hits + 1
+    assert_matches(got.logprobs, teacher_forced(warm.model, diverged, got.token_ids))
+
+    # a later turn batched with a new session: rows are no wider than plain left padding
+    unrelated = chat_format.render([{"role": "user", "content": "z " * 300}], add_generation_prompt=True)
+    mixed = [seconds[2] + two[2].token_ids + tool, unrelated]
+    warm.stats["peak_batch_tokens"] = 0
+    got = asyncio.run(turn(warm, mixed, 40))
+    assert warm.stats["peak_batch_tokens"] <= 2 * (max(len(p) for p in mixed) + 16)
+    for prompt, gen in zip(mixed, got, strict=True):
+        assert_matches(gen.logprobs, teacher_forced(warm.model, prompt, gen.token_ids))
+
+    state = {k: v * 0.5 for k, v in warm.model.state_dict().items() if k.endswith("mlp.down_proj.weight")}
+    warm.load_weights(state)
+    hits = warm.stats["session_hits"]
+    [got] = asyncio.run(turn(warm, [seconds[1]], 30))
+    assert warm.stats["session_hits"] == hits  # the kept KV was computed with the old weights
+    assert_matches(got.logprobs, teacher_forced(warm.model, seconds[1], got.token_ids))
+    asyncio.run(warm.close())
+    asyncio.run(cold.close())
