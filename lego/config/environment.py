@@ -190,7 +190,8 @@ class TasksConfig(Section):
     source: str = Field(
         "builtin",
         description="'builtin' (eight libraries, issue-only reports), 'starter' (generated one-module repos with "
-        "precise reports: the embedded default's suite) or a path to a SWE-bench-format JSONL file.",
+        "precise reports: the embedded default's suite), 'boundary' (the same repos with off-by-one bounds) or a "
+        "path to a SWE-bench-format JSONL file.",
     )
     split: str = Field("train", description="Split to sample training tasks from.")
     eval_split: str = Field("heldout", description="Split used for validation.")

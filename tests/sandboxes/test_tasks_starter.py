@@ -115,3 +115,48 @@ def test_tasks_where_selects_one_skill_in_every_split(isolated_cache: Path, tmp_
         _load_tasks(load_config(None, ["tasks.where={kind = ['x']}"]), "train", lazy=True)
     with pytest.raises(ConfigError, match=r"holds no tasks with tasks.where"):
         _load_tasks(load_config(None, ["tasks.where={mutation_kind = ['* -> /']}"]), "heldout", lazy=True)
+
+
+def test_boundary_suite_plants_off_by_one_bounds_the_negation_does_not_fix(isolated_cache: Path, tmp_path: Path):
+    """`boundary` is the starter generator with `>=` written `>` and `<=` written `<`: buggy lines look like
+    the starter suite's (whose `>` is fixed by `<=`), and the hidden tests fail the negation. The shipped
+    file is the generator's output; held-out names are new; the gold fix validates."""
+    records = StarterSource(family="boundary").records()
+    assert {s: sum(t.split == s for t in records) for s in ("train", "heldout")} == starter.FAMILIES["boundary"].sizes
+    fresh = starter.build_starter(seed=0, sizes={"train": 3, "heldout": 0}, family="boundary")
+    shipped = {t.instance_id: t for t in records}
+    assert [shipped[t.instance_id].model_dump() for t in fresh] == [t.model_dump() for t in fresh]
+    assert {t.metadata["mutation_kind"] for t in records} == {">= -> >", "<= -> <"}
+    assert all(t.instance_id.startswith("lego-boundary__") for t in records)
+    train = set().union(*(_names(t) for t in records if t.split == "train"))
+    assert not train & set().union(*(_names(t) for t in records if t.split == "heldout"))
+    source = load_source("boundary:heldout")
+    task = source.materialize(source.records()[0])
+    assert validate_task(task, use_grader=False).ok
+    good, bad = task.metadata["mutation_kind"].split(" -> ")
+    negation = {">": "<=", "<": ">="}[bad]
+    import shutil
+    import subprocess
+    import sys
+
+    repo = shutil.copytree(Path(task.repo_path or ""), tmp_path / "repo")
+    module = repo / task.metadata["file"]
+    text = module.read_text()
+    assert f" {bad} " in text and f" {good} " not in text
+    module.write_text(text.replace(f" {bad} ", f" {negation} "))
+    subprocess.run(["git", "apply", "-"], input=task.test_patch, text=True, cwd=repo, check=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *task.FAIL_TO_PASS], cwd=repo, capture_output=True, text=True
+    )
+    assert run.returncode == 1 and "1 failed" in run.stdout, run.stdout  # the swap family's fix fails here
+
+
+def test_a_built_starter_file_is_a_task_source(tmp_path: Path, isolated_cache: Path):
+    """What `lego tasks build --suite ... --output FILE` writes loads as `FILE.jsonl[:SPLIT]`: each record
+    carries its files and its repo is built on materialise (as the shipped suites')."""
+    out = tmp_path / "mine.jsonl"
+    result = CliRunner().invoke(tasks_group, ["build", "--suite", "boundary", "--output", str(out)])
+    assert result.exit_code == 0 and "300 boundary instances" in result.output, result.output
+    source = load_source(f"{out}:heldout")
+    task = source.materialize(source.records()[0])
+    assert Path(task.repo_path or "").is_dir() and validate_task(task, use_grader=False).ok

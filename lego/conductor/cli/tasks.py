@@ -87,11 +87,12 @@ def show_cmd(instance_id: str, source_spec: str, as_json: bool) -> None:
 @tasks_group.command("build")
 @click.option(
     "--suite",
-    type=click.Choice(["builtin", "starter"]),
+    type=click.Choice(["builtin", *starter.FAMILIES]),
     default="builtin",
     show_default=True,
     help="builtin: mutate the eight libraries and validate each bug with real test runs (minutes). "
-    "starter: generate the small one-module repos the embedded default trains on (seconds).",
+    "starter: generate the small one-module repos the embedded default trains on (seconds); boundary: the same "
+    "repos with off-by-one bounds (`>=` written `>`) instead of operator swaps.",
 )
 @click.option("--seed", default=0, show_default=True, help="Seed for the order mutation sites are tried in.")
 @click.option("--workers", default=2, show_default=True, help="Concurrent test runs.")
@@ -106,7 +107,7 @@ def show_cmd(instance_id: str, source_spec: str, as_json: bool) -> None:
     "--output",
     type=click.Path(dir_okay=False),
     default=None,
-    help=f"Where to write [default: {builtin.INSTANCES_PATH.name} or {starter.STARTER_PATH.name} in the package].",
+    help=f"Where to write [default: {builtin.INSTANCES_PATH.name} or <suite>.jsonl in the package].",
 )
 def build_cmd(
     suite: str,
@@ -118,14 +119,14 @@ def build_cmd(
     output: str | None,
 ) -> None:
     """Regenerate a shipped task suite (deterministic for a given seed)."""
-    if suite == "starter":
+    if suite in starter.FAMILIES:
         t0 = time.monotonic()
-        tasks = starter.build_starter(seed=seed)
-        builtin.write_instances(tasks, Path(output or starter.STARTER_PATH))
-        sizes = {s: sum(t.split == s for t in tasks) for s in starter.SPLIT_SIZES}
+        family = starter.FAMILIES[suite]
+        tasks = starter.build_starter(seed=seed, family=suite)
+        builtin.write_instances(tasks, Path(output or family.path))
+        sizes = {s: sum(t.split == s for t in tasks) for s in family.sizes}
         click.echo(
-            f"{len(tasks)} starter instances {sizes} written to {output or starter.STARTER_PATH} "
-            f"in {time.monotonic() - t0:.0f}s"
+            f"{len(tasks)} {suite} instances {sizes} written to {output or family.path} in {time.monotonic() - t0:.0f}s"
         )
         return
     output = output or str(builtin.INSTANCES_PATH)

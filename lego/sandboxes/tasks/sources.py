@@ -100,32 +100,39 @@ class BuiltinSource:
         raise TaskError(f"no built-in task {instance_id!r}; list them with `lego tasks list builtin`")
 
 
+def _starter_repo(task: Task) -> Task:
+    """A generated (starter-family) instance with ``repo_path`` at its materialised (cached) repo."""
+    path = cached_repo(task.instance_id, starter.source_dir(task), task.patch, task.test_patch, task.base_commit)
+    return task.model_copy(update={"repo_path": str(path)})
+
+
 class StarterSource(BuiltinSource):
-    """The starter suite (``lego/sandboxes/builtin/starter.jsonl``): generated one-module repos with precise
-    bug reports, sized for the embedded default policy (see :mod:`lego.sandboxes.tasks.starter`)."""
+    """A generated suite (``lego/sandboxes/builtin/<family>.jsonl``): one-module repos with precise bug
+    reports, sized for the embedded default policy (see :mod:`lego.sandboxes.tasks.starter`). ``starter``
+    plants operator swaps; ``boundary`` plants off-by-one bounds (``>=`` written ``>``)."""
 
-    name = "starter"
-
-    def __init__(self, split: str | None = None, path: Path | None = None) -> None:
-        super().__init__(split=split, path=path or starter.STARTER_PATH)
+    def __init__(self, split: str | None = None, path: Path | None = None, family: str = "starter") -> None:
+        self.name, self.family = family, starter.FAMILIES[family]
+        super().__init__(split=split, path=path or self.family.path)
 
     def splits(self) -> list[str]:
-        return list(starter.SPLIT_SIZES)
+        return list(self.family.sizes)
 
     def _all(self) -> list[Task]:
         if self._records is None and not self.path.exists():
-            raise TaskError(f"starter instances file {self.path} is missing; run `lego tasks build --suite starter`")
+            raise TaskError(
+                f"{self.name} instances file {self.path} is missing; run `lego tasks build --suite {self.name}`"
+            )
         return super()._all()
 
     def materialize(self, task: Task) -> Task:
-        path = cached_repo(task.instance_id, starter.source_dir(task), task.patch, task.test_patch, task.base_commit)
-        return task.model_copy(update={"repo_path": str(path)})
+        return _starter_repo(task)
 
     def get(self, instance_id: str) -> Task:
         for task in self._all():
             if task.instance_id == instance_id:
                 return self.materialize(task)
-        raise TaskError(f"no starter task {instance_id!r}; list them with `lego tasks list starter`")
+        raise TaskError(f"no {self.name} task {instance_id!r}; list them with `lego tasks list {self.name}`")
 
 
 class JsonlSource:
@@ -232,7 +239,10 @@ class JsonlSource:
         return [t for t in self._all() if split is None or t.split == split]
 
     def materialize(self, task: Task) -> Task:
-        """A JSONL record is ready as read: its repo is the local checkout it names (or none)."""
+        """A JSONL record names its local checkout (or none); a generated instance without one (what
+        ``lego tasks build --suite starter --output FILE`` writes) carries its files and is built here."""
+        if not task.repo_path and task.metadata.get("family") == "starter" and "files" in task.metadata:
+            return _starter_repo(task)
         return task
 
     def tasks(self, split: str | None = None) -> Iterator[Task]:
@@ -246,20 +256,20 @@ class JsonlSource:
 
 
 def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
-    """``builtin``, ``builtin:SPLIT``, ``starter``, ``starter:SPLIT``, ``PATH.jsonl`` or ``PATH.jsonl:SPLIT``
-    -> a task source."""
+    """``builtin``, ``starter``, ``boundary`` (each optionally ``:SPLIT``), ``PATH.jsonl`` or
+    ``PATH.jsonl:SPLIT`` -> a task source."""
     head, sep, tail = spec.rpartition(":")
     if not sep or "/" in tail or tail.endswith((".jsonl", ".json")):
         head, tail = spec, ""
     if head == "builtin":
         return BuiltinSource(split=tail or None)
-    if head == "starter":
-        return StarterSource(split=tail or None)
+    if head in starter.FAMILIES:
+        return StarterSource(split=tail or None, family=head)
     path = Path(head).expanduser()
     if path.suffix not in (".jsonl", ".json") and not path.exists():
         raise TaskError(
-            f"unknown task source {spec!r}; use builtin, builtin:train, builtin:heldout, starter, starter:train, "
-            "starter:heldout or a .jsonl file"
+            f"unknown task source {spec!r}; use builtin, starter or boundary (each optionally :train or "
+            ":heldout) or a .jsonl file"
         )
     return JsonlSource(path, split=tail or None, repos_dir=repos_dir)
 

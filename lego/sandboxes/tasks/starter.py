@@ -42,9 +42,10 @@ from lego.sandboxes.tasks.diffs import file_diff, new_file_diff
 from lego.sandboxes.tasks.materialize import materialize_repo
 from lego.types import Task
 
-__all__ = ["SPLIT_SIZES", "STARTER_PATH", "build_starter", "render_repo", "source_dir"]
+__all__ = ["BOUNDARY_PATH", "FAMILIES", "SPLIT_SIZES", "STARTER_PATH", "build_starter", "render_repo", "source_dir"]
 
 STARTER_PATH = Path(__file__).resolve().parent.parent / "builtin" / "starter.jsonl"
+BOUNDARY_PATH = STARTER_PATH.with_name("boundary.jsonl")
 SPLIT_SIZES = {"train": 600, "heldout": 120}
 
 # Function names are two words from this pool; no held-out function name occurs in the train split.
@@ -67,6 +68,34 @@ _MODULES = ["core", "calc", "ops", "util"]
 # partner), so a policy can fix a line it has read without parsing the report; the report says it too.
 _SWAPS = {"+": ["-"], "-": ["+"], "<": [">="], ">=": ["<"], ">": ["<="], "<=": [">"], "==": ["!="], "!=": ["=="],
           "and": ["or"], "or": ["and"]}  # fmt: skip
+# Boundary bugs: an inclusive bound written strictly (``>=`` as ``>``, ``<=`` as ``<``), the off-by-one
+# error. The buggy lines look exactly like the swap family's (``a > b``), whose fix is the negation
+# (``<=``): which fix a line needs is said only by the report.
+_BOUNDARY = {">=": [">"], "<=": ["<"]}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kind of bug the generator plants: which operator may be replaced by which, in which templates."""
+
+    name: str  # instance ids are lego-<name>__<split>-NNNN
+    swaps: dict[str, list[str]]
+    kinds: tuple[str, ...]  # the function templates (:func:`_make_func`) it uses
+    sizes: dict[str, int]
+    path: Path
+
+
+FAMILIES = {
+    "starter": Family(
+        "starter",
+        _SWAPS,
+        ("arith", "scaled", "predicate", "choose", "fold", "count", "both"),
+        SPLIT_SIZES,
+        STARTER_PATH,
+    ),
+    # ``choose`` is left out: ``a if a > b else b`` returns the same as ``>=`` for every input.
+    "boundary": Family("boundary", _BOUNDARY, ("predicate", "count"), {"train": 240, "heldout": 60}, BOUNDARY_PATH),
+}
 
 
 @dataclass(frozen=True)
@@ -91,8 +120,9 @@ def _fresh(rng: random.Random, joiner: str, taken: set[str]) -> str:
             return name
 
 
-def _make_func(rng: random.Random, name: str) -> _Func:
-    kind = rng.choice(["arith", "scaled", "predicate", "choose", "fold", "count", "both"])
+def _make_func(rng: random.Random, name: str, family: Family) -> _Func:
+    kind = rng.choice(list(family.kinds))
+    comparisons = [op for op in ["<", "<=", ">", ">=", "==", "!="] if op in family.swaps]
     if kind == "arith":
         a, b = _PAIR
         op = rng.choice(["+", "-"])
@@ -106,7 +136,7 @@ def _make_func(rng: random.Random, name: str) -> _Func:
         return _Func(name, src, op, (a, b), "pair")
     if kind == "predicate":
         a, b = _PAIR
-        op = rng.choice(["<", "<=", ">", ">=", "==", "!="])
+        op = rng.choice(comparisons)
         src = f"def {name}({a}, {b}):\n    return {a} {{OP}} {b}\n"
         return _Func(name, src, op, (a, b), "pair")
     if kind == "choose":
@@ -125,7 +155,7 @@ def _make_func(rng: random.Random, name: str) -> _Func:
         return _Func(name, src, op, (seq,), "seq")
     if kind == "count":
         seq, elem, limit, acc = "items", "item", "limit", "count"
-        op = rng.choice(["<", "<=", ">", ">=", "==", "!="])
+        op = rng.choice(comparisons)
         src = (
             f"def {name}({seq}, {limit}):\n    {acc} = 0\n    for {elem} in {seq}:\n"
             f"        if {elem} {{OP}} {limit}:\n            {acc} += 1\n    return {acc}\n"
@@ -162,11 +192,12 @@ def render_repo(files: dict[str, str], dest: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def _instance(rng: random.Random, split: str, number: int, seed: int, taken: set[str]) -> Task:
+def _instance(rng: random.Random, split: str, number: int, seed: int, taken: set[str], family: Family) -> Task:
     """One instance; its package and function names are new to ``taken`` (and are added to it)."""
     pkg, mod = rng.choice(_PACKAGES), rng.choice(_MODULES)
     names = [_fresh(rng, "_", taken)]
-    funcs = [_make_func(rng, n) for n in names]
+    funcs = [_make_func(rng, n, family) for n in names]
+    swaps = family.swaps
     target = rng.randrange(len(funcs))
     header = f'"""{pkg.replace("_", " ").capitalize()}: small helpers."""\n\n\n'
     fixed = header + "\n\n".join(f.source.replace("{OP}", f.op) for f in funcs)
@@ -174,7 +205,7 @@ def _instance(rng: random.Random, split: str, number: int, seed: int, taken: set
     # no input can detect (``a if a < b else b`` vs ``<=``) is skipped for the next candidate.
     failing: tuple[Any, Any] | None = None
     cases_of: dict[int, list[tuple[Any, ...]]] = {}
-    for bad in rng.sample(_SWAPS[funcs[target].op], len(_SWAPS[funcs[target].op])):
+    for bad in rng.sample(swaps[funcs[target].op], len(swaps[funcs[target].op])):
         buggy = header + "\n\n".join(
             f.source.replace("{OP}", bad if i == target else f.op) for i, f in enumerate(funcs)
         )
@@ -214,7 +245,7 @@ def _instance(rng: random.Random, split: str, number: int, seed: int, taken: set
         '[tool.pytest.ini_options]\npythonpath = ["."]\ntestpaths = ["tests"]\naddopts = "-p no:cacheprovider"\n'
     )
     files = {"pyproject.toml": pyproject, f"{pkg}/__init__.py": "", module_path: fixed, test_path: test_src}
-    instance_id = f"lego-starter__{split}-{number:04d}"
+    instance_id = f"lego-{family.name}__{split}-{number:04d}"
     return Task(
         instance_id=instance_id,
         repo=f"lego-starter/{pkg}",
@@ -262,16 +293,17 @@ def source_dir(task: Task) -> Path:
     return final
 
 
-def build_starter(seed: int = 0, sizes: dict[str, int] | None = None) -> list[Task]:
-    """All starter instances (train then held-out), deterministic in ``seed``, with ``base_commit`` set
-    (each repo is materialised once in a scratch dir to compute it; materialising is deterministic).
-    Instances are drawn in order (held-out names depend on every train name before them); their
-    repos, six short git runs each, are built side by side."""
+def build_starter(seed: int = 0, sizes: dict[str, int] | None = None, family: str = "starter") -> list[Task]:
+    """All instances of a family (train then held-out; :data:`FAMILIES`), deterministic in ``seed``,
+    with ``base_commit`` set (each repo is materialised once in a scratch dir to compute it;
+    materialising is deterministic). Instances are drawn in order (held-out names depend on every
+    train name before them); their repos, six short git runs each, are built side by side."""
+    fam = FAMILIES[family]
     tasks: list[Task] = []
     taken: set[str] = set()  # package and function names used so far: held-out ones are all new
-    for split, size in {**SPLIT_SIZES, **(sizes or {})}.items():
-        rng = random.Random(f"starter:{seed}:{split}")
-        tasks += [_instance(rng, split, n, seed, taken) for n in range(1, size + 1)]
+    for split, size in {**fam.sizes, **(sizes or {})}.items():
+        rng = random.Random(f"{fam.name}:{seed}:{split}")
+        tasks += [_instance(rng, split, n, seed, taken, fam) for n in range(1, size + 1)]
 
     def with_commit(task: Task) -> Task:
         with tempfile.TemporaryDirectory(prefix="lego-starter-") as tmp:
