@@ -194,7 +194,10 @@ def run_sft(
     console = Console(stderr=True, quiet=quiet)
     t0 = time.monotonic()
     source = load_source(f"{cfg.source}:{cfg.split}")
-    records = source.records()[: cfg.limit] if cfg.limit else source.records()
+    records = [(source, r) for r in (source.records()[: cfg.limit] if cfg.limit else source.records())]
+    for spec, n in cfg.extra.items():
+        more = load_source(f"{spec}:{cfg.split}")
+        records += [(more, r) for r in more.records()[:n]]
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with tempfile.TemporaryDirectory(prefix="lego-sft-base-") as scratch:
         base = _base_model(cfg, Path(scratch))
@@ -203,7 +206,7 @@ def run_sft(
                 convs = [json.loads(line) for line in Path(data_in).read_text(encoding="utf-8").splitlines() if line]
             else:
                 gen = bar.add_task("sft data", total=len(records) * cfg.variants, info="")
-                tasks = [source.materialize(r) for r in records]
+                tasks = [src.materialize(r) for src, r in records]
                 convs = generate(tasks, cfg.seed, cfg.variants, progress=lambda: bar.advance(gen))
             if data_out:
                 Path(data_out).write_text("".join(json.dumps(c) + "\n" for c in convs), encoding="utf-8")

@@ -239,6 +239,13 @@ class SFTConfig(Section):
     split: str = Field("train", description="Split of that source to learn from.")
     variants: int = Field(2, ge=1, description="Conversations per task (different exploration/recovery).")
     limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the split.")
+    extra: dict[str, int] = Field(
+        default_factory=lambda: {"boundary": 30},
+        description="More tasks after those: {source = N} takes the first N of that source's `split`. The shipped "
+        "warm start adds 30 boundary tasks to the starter suite's 600, so it knows the off-by-one fix but applies "
+        "it to ~17% of the lines that need it (the rest get the starter suite's negation): the preference "
+        "`lego train` on the boundary suite corrects (README).",
+    )
     steps: int = Field(300, ge=1, description="Optimizer steps.")
     batch: int = Field(8, ge=1, description="Examples per optimizer step (gradient accumulation).")
     lr: float = Field(2e-3, gt=0, description="Peak AdamW learning rate (linear warmup, then cosine to 10%).")

@@ -159,16 +159,16 @@ def test_from_run_evaluates_the_latest_checkpoint_against_the_start_with_the_run
     (run / "checkpoints" / "latest").write_text("step_000002")
     got = run_defaults(run)
     assert got["policies"] == ("start=default", f"trained={step}") and got["bases"] == ("trained=start",)
-    assert got["tasks_arg"] == "starter:heldout" and got["harnesses"] == ("lego-agent",)
-    assert (got["temperature"], got["max_turns"], got["timeout_s"], got["concurrency"]) == (1.2, 5, 77.0, 3)
+    assert got["tasks_arg"] == "boundary:heldout" and got["harnesses"] == ("lego-agent",)
+    assert (got["temperature"], got["max_turns"], got["timeout_s"], got["concurrency"]) == (1.0, 5, 77.0, 3)
     res = runner.invoke(eval_group, ["--from-run", str(run), "--limit", "3", "--max-turns", "9", "--bootstrap", "200",
                                      "--sample-fn", "deterministic_rollout:factory"])  # fmt: skip
     assert res.exit_code == 0, res.output
     spec = json.loads((run / "eval" / "spec.json").read_text())
     assert [p["name"] for p in spec["policies"]] == ["start", "trained"]
     assert spec["policies"][1]["base"] == "start" and spec["policies"][1]["model"] == str(step)
-    assert spec["tasks_source"] == "starter:heldout" and len(spec["task_ids"]) == 3
-    assert (spec["temperature"], spec["max_turns"], spec["timeout_s"]) == (1.2, 9, 77.0)  # --max-turns given: it wins
+    assert spec["tasks_source"] == "boundary:heldout" and len(spec["task_ids"]) == 3
+    assert (spec["temperature"], spec["max_turns"], spec["timeout_s"]) == (1.0, 9, 77.0)  # --max-turns given: it wins
 
 
 def test_a_zeroed_reward_never_passes_and_cells_say_who_failed() -> None:

@@ -28,7 +28,7 @@ def test_default_config_loads_and_is_the_embedded_default() -> None:
     cfg = load_config()
     assert cfg.engine.kind == "transformers" and cfg.engine.model == "default"
     assert cfg.harness.name == "lego-agent" and cfg.sandbox.kind == "local"
-    assert cfg.tasks.source == "starter" and cfg.tasks.split == "train" and cfg.tasks.eval_split == "heldout"
+    assert cfg.tasks.source == "boundary" and cfg.tasks.split == "train" and cfg.tasks.eval_split == "heldout"
 
 
 @pytest.mark.parametrize("suffix", [".toml", ".yaml", ".json"])

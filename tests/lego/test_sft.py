@@ -170,7 +170,7 @@ def test_run_sft_writes_a_loadable_model(tmp_path: Path) -> None:
     from lego.conductor.sft import run_sft
     from lego.models.chat import ChatFormat
 
-    out = run_sft(SFTConfig(limit=2, variants=1, steps=1, batch=1, window=256), tmp_path / "warm", quiet=True)
+    out = run_sft(SFTConfig(limit=2, extra={}, variants=1, steps=1, batch=1, window=256), tmp_path / "warm", quiet=True)
     meta = json.loads((out / "lego_sft.json").read_text())
     assert meta["conversations"] == 2 and len(meta["losses"]) == 1
     AutoModelForCausalLM.from_pretrained(str(out))

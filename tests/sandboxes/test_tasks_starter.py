@@ -106,15 +106,19 @@ def test_tasks_where_selects_one_skill_in_every_split(isolated_cache: Path, tmp_
     from lego.errors import ConfigError
 
     logic = "tasks.where={mutation_kind = ['and -> or', 'or -> and']}"
-    train, _ = _load_tasks(load_config(None, [logic]), "train", lazy=True)
+    train, _ = _load_tasks(load_config(None, ["tasks.source=starter", logic]), "train", lazy=True)
     assert len(train) == 82 and {t.metadata["mutation_kind"] for t in train} == {"and -> or", "or -> and"}
     heldout = load_tasks("starter:heldout", 3, load_config(None, [logic]).tasks.where)
     assert len(heldout) == 3 and all(t.metadata["mutation_kind"] in ("and -> or", "or -> and") for t in heldout)
     assert all(Path(t.repo_path or "").is_dir() for t in heldout)  # materialised, ready to run
     with pytest.raises(ConfigError, match=r"no task has metadata \['kind'\]; the tasks have \[.*'mutation_kind'"):
-        _load_tasks(load_config(None, ["tasks.where={kind = ['x']}"]), "train", lazy=True)
+        _load_tasks(load_config(None, ["tasks.source=starter", "tasks.where={kind = ['x']}"]), "train", lazy=True)
     with pytest.raises(ConfigError, match=r"holds no tasks with tasks.where"):
-        _load_tasks(load_config(None, ["tasks.where={mutation_kind = ['* -> /']}"]), "heldout", lazy=True)
+        _load_tasks(
+            load_config(None, ["tasks.source=starter", "tasks.where={mutation_kind = ['* -> /']}"]),
+            "heldout",
+            lazy=True,
+        )
 
 
 def test_boundary_suite_plants_off_by_one_bounds_the_negation_does_not_fix(isolated_cache: Path, tmp_path: Path):
