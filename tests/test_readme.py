@@ -40,6 +40,11 @@ CLAIMS: dict[str, list[str]] = {
         r'"mean": 0\.49\d+',
         r'"positions": 40',
     ],
+    "lego bench probe default --tasks boundary:heldout --token ' >=' --token ' <='": [
+        r'"tasks_probed": 60',
+        r'"mean": 0\.166\d+',
+        r'"positions": 68',
+    ],
     "lego config show -o training.steps=3": [r"(?m)^\[training\]$", r"(?m)^steps = 3$"],
     "lego tasks list builtin:heldout": [r"(?m)^lego-builtin__\S+\theldout\t"],
     "lego harness install mini-swe-agent": [r"mini-swe-agent"],
