@@ -18,6 +18,12 @@ Every argument a fix needs can be read from the tool output just before it (``gr
 path, the view prints the line): a few-million-parameter model learns to copy across that distance,
 and measurably not from the report across the agent's ~700-token prompt (docs/ARCHITECTURE.md).
 
+Two families share the generator (:data:`FAMILIES`): ``starter`` swaps an operator for its partner;
+``boundary`` writes an inclusive bound strictly (``>=`` as ``>``), the off-by-one bug, in the
+comparison templates. Its buggy lines look like ``starter``'s, whose fix for the same ``>`` is ``<=``:
+which fix applies is said only by the report, so a policy that learnt ``starter`` must learn the
+boundary fix (the embedded default's training suite; README "Does it learn?").
+
 Packages and modules come from short shared lists; function names are two words from a ~200-word
 pool, and no held-out function name occurs in the train split. Generation is deterministic from the seed; ``lego/sandboxes/builtin/starter.jsonl`` is the
 shipped output of :func:`build_starter` (``lego tasks build --suite starter``).
