@@ -7,9 +7,9 @@ values in a buffer with room to spare (doubled when full) and writes new columns
 sees views of the filled part, the same values in the same layout, so logits do not change (the
 engine tests compare them against an unpadded teacher-forced pass).
 
-Rows leave (:meth:`GrowingLayer.batch_select_indices`) and batches merge (:func:`merge_layers`) as
-with ``DynamicCache`` (:func:`lego.engines.batching.merge_caches` gives a merged layer a buffer of
-its own through :meth:`GrowingLayer.set`).
+Rows leave (:meth:`GrowingLayer.batch_select_indices`) and batches merge
+(:func:`lego.engines.batching.merge_caches`, which gives a merged layer a buffer of its own through
+:meth:`GrowingLayer.set`) as with ``DynamicCache``.
 """
 
 from __future__ import annotations
@@ -46,9 +46,12 @@ class GrowingLayer(DynamicLayer):
             v[:, :, : self._n] = self._v[:, :, : self._n]
         self._k, self._v = k, v
 
-    def _expose(self) -> None:
+    def _expose(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Point ``keys``/``values`` at the filled part of the buffers; returns them."""
         assert self._k is not None and self._v is not None
-        self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+        keys, values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+        self.keys, self.values = keys, values
+        return keys, values
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -61,8 +64,7 @@ class GrowingLayer(DynamicLayer):
         self._k[:, :, self._n : self._n + added] = key_states
         self._v[:, :, self._n : self._n + added] = value_states
         self._n += added
-        self._expose()
-        return self._k[:, :, : self._n], self._v[:, :, : self._n]
+        return self._expose()
 
     def set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Replace the contents by ``keys``/``values`` (copied into a buffer with room to spare)."""
