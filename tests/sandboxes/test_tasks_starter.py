@@ -161,6 +161,7 @@ def test_a_built_starter_file_is_a_task_source(tmp_path: Path, isolated_cache: P
     out = tmp_path / "mine.jsonl"
     result = CliRunner().invoke(tasks_group, ["build", "--suite", "boundary", "--output", str(out)])
     assert result.exit_code == 0 and "300 boundary instances" in result.output, result.output
+    assert out.read_text() == starter.BOUNDARY_PATH.read_text()  # the shipped suite is this output, whole
     source = load_source(f"{out}:heldout")
     task = source.materialize(source.records()[0])
     assert Path(task.repo_path or "").is_dir() and validate_task(task, use_grader=False).ok
