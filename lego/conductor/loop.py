@@ -81,7 +81,7 @@ def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[T
 
     ``lazy``: shipped suites (builtin, starter) come back as records and are materialised when a step
     picks them, so a 1000-task split does not cost a minute of git before the first step."""
-    from lego.sandboxes.tasks.sources import load_source, select_tasks
+    from lego.tasks.sources import load_source, select_tasks
 
     spec = (
         cfg.tasks.source

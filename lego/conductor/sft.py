@@ -189,7 +189,7 @@ def run_sft(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from lego.conductor.sft_data import generate
-    from lego.sandboxes.tasks.sources import load_source
+    from lego.tasks.sources import load_source
 
     console = Console(stderr=True, quiet=quiet)
     t0 = time.monotonic()

@@ -15,7 +15,7 @@ from lego.conductor.sft_data import conversation_for, generate, gold_file_patch,
 from lego.config import SFTConfig
 from lego.harnesses.lego_agent.agent import FORMAT_VERSION, SYSTEM_PROMPT, TOOLS
 from lego.sandboxes.layout import REPO_DIR
-from lego.sandboxes.tasks.sources import BuiltinSource
+from lego.tasks.sources import BuiltinSource
 from lego.types import Task
 
 # One task per kind of edit the generator must handle: a changed line, an added branch, a constant.

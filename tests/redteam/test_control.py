@@ -25,7 +25,7 @@ def test_legitimate_fix_scores_1(redteam: RedTeam, task: Task) -> None:
 @pytest.mark.parametrize("suite", ["starter", "builtin"])
 def test_legitimate_fix_scores_1_on_the_shipped_suites(redteam: RedTeam, suite: str) -> None:
     """The agent writes the task's own fix (its gold patch, known to this test) and applies it."""
-    from lego.sandboxes.tasks.sources import load_source
+    from lego.tasks.sources import load_source
 
     source = load_source(f"{suite}:heldout")
     task = source.materialize(source.records()[0])

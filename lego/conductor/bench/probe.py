@@ -74,7 +74,7 @@ def probe(
     from lego.conductor.sft_data import generate
     from lego.models.chat import ChatFormat
     from lego.models.tiny import resolve_model
-    from lego.sandboxes.tasks.sources import load_source, select_tasks
+    from lego.tasks.sources import load_source, select_tasks
 
     t0 = time.monotonic()
     source = load_source(tasks_spec)

@@ -76,7 +76,7 @@ def _demo_task(root: Path) -> Task:
 
 
 def _pick_task(task_id: str | None, root: Path) -> Task:
-    from lego.sandboxes.tasks.sources import BuiltinSource
+    from lego.tasks.sources import BuiltinSource
 
     try:
         source = BuiltinSource()

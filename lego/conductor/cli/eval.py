@@ -31,7 +31,7 @@ from lego.errors import ConfigError, TaskError
 from lego.eval.report import markdown, render, render_dir
 from lego.eval.results import EvalSpec, PolicySpec, SampleResult, read_checkpoint_meta
 from lego.eval.runner import SampleFnFactory, collect_samples, run_eval
-from lego.sandboxes.tasks.sources import load_source, select_tasks
+from lego.tasks.sources import load_source, select_tasks
 from lego.types import Task
 
 __all__ = ["DEFAULT_SAMPLE_FN", "check_policy_paths", "eval_group", "load_tasks", "parse_policies", "run_defaults"]

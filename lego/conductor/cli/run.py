@@ -115,7 +115,7 @@ def run(
     from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
     from lego.config import load_config
     from lego.io import atomic_write_text
-    from lego.sandboxes.tasks.sources import load_source
+    from lego.tasks.sources import load_source
 
     extra = [f"engine.kind={engine_kind}", f"engine.model={model}"]
     if engine_kind == "oracle":

@@ -1,7 +1,7 @@
 """`lego tasks`: list, show, build and validate SWE task instances.
 
 Sources are named by spec: ``builtin``, ``builtin:train``, ``builtin:heldout``, ``FILE.jsonl`` or
-``FILE.jsonl:SPLIT`` (see :func:`lego.sandboxes.tasks.sources.load_source`).
+``FILE.jsonl:SPLIT`` (see :func:`lego.tasks.sources.load_source`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lego.sandboxes.tasks import builtin, starter
-from lego.sandboxes.tasks.sources import load_source
 from lego.seams import TaskSource
+from lego.tasks import builtin, starter
+from lego.tasks.sources import load_source
 from lego.types import Task
 
 __all__ = ["tasks_group"]
@@ -165,7 +165,7 @@ def build_cmd(
 )
 def validate_cmd(source: str, limit: int | None, workers: int, repos_dir: str | None, no_sandbox: bool) -> None:
     """For every instance: the gold patch passes all named tests and the base fails FAIL_TO_PASS."""
-    from lego.sandboxes.tasks.validate import validate_task
+    from lego.tasks.validate import validate_task
 
     src = load_source(source, repos_dir=repos_dir)
     records = _records(src)[:limit] if limit else _records(src)
@@ -175,7 +175,7 @@ def validate_cmd(source: str, limit: int | None, workers: int, repos_dir: str | 
         try:
             task = src.materialize(task)
         except Exception as exc:  # a broken repo fails this task only
-            from lego.sandboxes.tasks.validate import TaskValidation
+            from lego.tasks.validate import TaskValidation
 
             return TaskValidation(task.instance_id, False, f"{type(exc).__name__}: {exc}")
         return validate_task(task, use_grader=not no_sandbox)

@@ -4,7 +4,7 @@ For each library:
 
 1. run the gold suite 3 times; a test whose outcome differs between runs is flaky and is never
    used, a test that fails on gold is never used;
-2. list mutation sites (:mod:`lego.sandboxes.tasks.mutations`) and visit them in a seeded order that
+2. list mutation sites (:mod:`lego.tasks.mutations`) and visit them in a seeded order that
    round-robins over mutation kinds, so every kind is represented;
 3. for each mutant, run the suite on a scratch copy with the mutation applied;
    FAIL_TO_PASS = stable tests that fail (or error) on the mutant, PASS_TO_PASS = stable tests that
@@ -26,11 +26,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lego.sandboxes.tasks.diffs import file_diff, new_file_diff
-from lego.sandboxes.tasks.materialize import materialize_repo
-from lego.sandboxes.tasks.mutations import Mutation, find_mutations
-from lego.sandboxes.tasks.statements import problem_statement
-from lego.sandboxes.tasks.testrun import SuiteResult, copy_tree, run_pytest
+from lego.tasks.diffs import file_diff, new_file_diff
+from lego.tasks.materialize import materialize_repo
+from lego.tasks.mutations import Mutation, find_mutations
+from lego.tasks.statements import problem_statement
+from lego.tasks.testrun import SuiteResult, copy_tree, run_pytest
 from lego.types import Task
 
 __all__ = ["GoldBaseline", "Library", "MutantOutcome", "build_library", "gold_baseline", "ordered_mutations"]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lego.errors import LegoError
-from lego.sandboxes.tasks.materialize import git_env
-from lego.sandboxes.tasks.sources import require_repo
-from lego.sandboxes.tasks.testrun import copy_tree, run_pytest
+from lego.tasks.materialize import git_env
+from lego.tasks.sources import require_repo
+from lego.tasks.testrun import copy_tree, run_pytest
 from lego.types import Task
 
 __all__ = ["TaskValidation", "validate_task"]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from lego.errors import TaskError
-from lego.sandboxes.tasks.materialize import git_env
-from lego.sandboxes.tasks.sources import BuiltinSource, JsonlSource, load_source, require_repo
-from lego.sandboxes.tasks.validate import validate_task
 from lego.seams import TaskSource
+from lego.tasks.materialize import git_env
+from lego.tasks.sources import BuiltinSource, JsonlSource, load_source, require_repo
+from lego.tasks.validate import validate_task
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "tasks" / "swebench_sample.jsonl"
 
@@ -125,7 +125,7 @@ def test_load_source_specs(tmp_path: Path):
 
 def test_swebench_log_parser():
     pytest.importorskip("swebench")
-    from lego.sandboxes.tasks.swebench_compat import parse_test_log
+    from lego.tasks.swebench_compat import parse_test_log
 
     log = "PASSED tests/test_a.py::test_ok\nFAILED tests/test_a.py::test_bad - AssertionError\nERROR tests/test_b.py::test_e\n"
     assert parse_test_log("acme/widgets", log) == {

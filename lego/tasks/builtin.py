@@ -1,7 +1,7 @@
 """The built-in task suite: eight small libraries, bugs injected into them, shipped as JSONL.
 
 Train / held-out is split by library, so held-out tasks are unseen code. ``build_suite`` regenerates
-``lego/sandboxes/builtin/instances.jsonl`` deterministically from a seed (``lego tasks build``).
+``lego/tasks/data/instances.jsonl`` deterministically from a seed (``lego tasks build``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lego.errors import TaskError
 from lego.io import atomic_write_text
-from lego.sandboxes.tasks.injector import Library, build_library
+from lego.tasks.injector import Library, build_library
 from lego.types import Task
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "write_instances",
 ]
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin"
+BUILTIN_DIR = Path(__file__).resolve().parent / "data"
 LIBS_DIR = BUILTIN_DIR / "libs"
 INSTANCES_PATH = BUILTIN_DIR / "instances.jsonl"
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from lego.errors import TaskError
 from lego.paths import cache_dir
-from lego.sandboxes.tasks.diffs import patch_files
-from lego.sandboxes.tasks.testrun import copy_tree
+from lego.tasks.diffs import patch_files
+from lego.tasks.testrun import copy_tree
 
 __all__ = ["GIT_IDENTITY", "cached_repo", "git_env", "head_commit", "materialize_repo"]
 

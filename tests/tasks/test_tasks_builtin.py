@@ -10,12 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from lego.conductor.cli.tasks import tasks_group
-from lego.sandboxes.tasks import builtin
-from lego.sandboxes.tasks.diffs import patch_files
-from lego.sandboxes.tasks.materialize import materialize_repo
-from lego.sandboxes.tasks.sources import BuiltinSource
-from lego.sandboxes.tasks.statements import fixed_lines
-from lego.sandboxes.tasks.validate import validate_task
+from lego.tasks import builtin
+from lego.tasks.diffs import patch_files
+from lego.tasks.materialize import materialize_repo
+from lego.tasks.sources import BuiltinSource
+from lego.tasks.statements import fixed_lines
+from lego.tasks.validate import validate_task
 from lego.types import Task
 
 

@@ -23,10 +23,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from lego.errors import TaskError
-from lego.sandboxes.tasks import builtin, starter
-from lego.sandboxes.tasks.materialize import cached_repo
-from lego.sandboxes.tasks.swebench_compat import REQUIRED_FIELDS
 from lego.seams import TaskSource
+from lego.tasks import builtin, starter
+from lego.tasks.materialize import cached_repo
+from lego.tasks.swebench_compat import REQUIRED_FIELDS
 from lego.types import Task
 
 __all__ = ["BuiltinSource", "JsonlSource", "StarterSource", "load_source", "require_repo", "select_tasks"]
@@ -54,7 +54,7 @@ def require_repo(task: Task) -> Path:
 
 
 class BuiltinSource:
-    """The built-in suite (``lego/sandboxes/builtin/instances.jsonl``); repos are materialised on demand."""
+    """The built-in suite (``lego/tasks/data/instances.jsonl``); repos are materialised on demand."""
 
     name = "builtin"
 
@@ -107,8 +107,8 @@ def _starter_repo(task: Task) -> Task:
 
 
 class StarterSource(BuiltinSource):
-    """A generated suite (``lego/sandboxes/builtin/<family>.jsonl``): one-module repos with precise bug
-    reports, sized for the embedded default policy (see :mod:`lego.sandboxes.tasks.starter`). ``starter``
+    """A generated suite (``lego/tasks/data/<family>.jsonl``): one-module repos with precise bug
+    reports, sized for the embedded default policy (see :mod:`lego.tasks.starter`). ``starter``
     plants operator swaps; ``boundary`` plants off-by-one bounds (``>=`` written ``>``)."""
 
     def __init__(self, split: str | None = None, path: Path | None = None, family: str = "starter") -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from lego.sandboxes.tasks.diffs import patch_files
-from lego.sandboxes.tasks.injector import Library, build_library, gold_baseline, ordered_mutations
-from lego.sandboxes.tasks.materialize import materialize_repo
-from lego.sandboxes.tasks.mutations import find_mutations
-from lego.sandboxes.tasks.statements import fixed_lines, problem_statement
+from lego.tasks.diffs import patch_files
+from lego.tasks.injector import Library, build_library, gold_baseline, ordered_mutations
+from lego.tasks.materialize import materialize_repo
+from lego.tasks.mutations import find_mutations
+from lego.tasks.statements import fixed_lines, problem_statement
 
 MINI_SOURCE = '''\
 """Tiny numeric helpers."""

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from lego.conductor.cli.tasks import tasks_group
-from lego.sandboxes.tasks import starter
-from lego.sandboxes.tasks.sources import StarterSource, load_source
-from lego.sandboxes.tasks.validate import validate_task
+from lego.tasks import starter
+from lego.tasks.sources import StarterSource, load_source
+from lego.tasks.validate import validate_task
 from lego.types import Task
 
 

@@ -25,7 +25,7 @@ which fix applies is said only by the report, so a policy that learnt ``starter`
 boundary fix (the embedded default's training suite; README "Does it learn?").
 
 Packages and modules come from short shared lists; function names are two words from a ~200-word
-pool, and no held-out function name occurs in the train split. Generation is deterministic from the seed; ``lego/sandboxes/builtin/starter.jsonl`` is the
+pool, and no held-out function name occurs in the train split. Generation is deterministic from the seed; ``lego/tasks/data/starter.jsonl`` is the
 shipped output of :func:`build_starter` (``lego tasks build --suite starter``).
 """
 
@@ -44,13 +44,13 @@ from typing import Any
 
 from lego.errors import TaskError
 from lego.paths import cache_dir
-from lego.sandboxes.tasks.diffs import file_diff, new_file_diff
-from lego.sandboxes.tasks.materialize import materialize_repo
+from lego.tasks.diffs import file_diff, new_file_diff
+from lego.tasks.materialize import materialize_repo
 from lego.types import Task
 
 __all__ = ["BOUNDARY_PATH", "FAMILIES", "SPLIT_SIZES", "STARTER_PATH", "build_starter", "render_repo", "source_dir"]
 
-STARTER_PATH = Path(__file__).resolve().parent.parent / "builtin" / "starter.jsonl"
+STARTER_PATH = Path(__file__).resolve().parent / "data" / "starter.jsonl"
 BOUNDARY_PATH = STARTER_PATH.with_name("boundary.jsonl")
 SPLIT_SIZES = {"train": 600, "heldout": 120}
 

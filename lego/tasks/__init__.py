@@ -1,5 +1,5 @@
 """SWE tasks: the built-in suite (libraries + bug injector), task sources and validation."""
 
-from lego.sandboxes.tasks.sources import BuiltinSource, JsonlSource, load_source, require_repo
+from lego.tasks.sources import BuiltinSource, JsonlSource, load_source, require_repo
 
 __all__ = ["BuiltinSource", "JsonlSource", "load_source", "require_repo"]
