@@ -31,6 +31,7 @@ __all__ = [
     "SideThread",
     "StepMetrics",
     "Task",
+    "TaskEnvironment",
     "TerminationLabel",
     "Trajectory",
 ]
@@ -43,6 +44,43 @@ INFRA_LABELS: frozenset[str] = frozenset({"env_error", "harness_error"})
 FailureCause = Literal["policy", "infrastructure"]
 
 FinishReason = Literal["stop", "length", "abort"]
+
+
+class TaskEnvironment(BaseModel):
+    """What a task's tests need besides its repo: the interpreter, the project installed with its test
+    dependencies, the pytest plugins to load. Built once per distinct record (content-addressed, see
+    :func:`lego.tasks.environments.environment_key`) and shared read-only by every sandbox of every task
+    that names it; the agent and the grader run in the same one.
+
+    A task without one runs on lego's own task runtime (the host interpreter with pytest only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    python: str = Field(
+        "",
+        description="Interpreter: a version (\"3.11\": a python3.11 on this host) or, for an image task, an "
+        "absolute path inside the image (\"/opt/miniconda3/envs/testbed/bin/python\"); \"\" = the one lego runs on.",
+    )
+    requirements: list[str] = Field(
+        default_factory=list,
+        description="pip requirement lines installed into the environment (the project's test dependencies, "
+        "pinned; a local sdist or directory path also works). pytest must be among them or is added.",
+    )
+    import_roots: list[str] = Field(
+        default_factory=lambda: ["."],
+        description="Repo-relative directories put FIRST on sys.path (\"src\" for a src/ layout), so the repo "
+        "under test is the code under test even when the environment also has an installed copy.",
+    )
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="pytest plugins loaded with -p (plugin autoload stays off in grading), e.g. \"hypothesis\" "
+        "or \"pytest_cov\" when the project's own addopts need --cov.",
+    )
+    path: str | None = Field(
+        None,
+        description="Where the built environment lives on this host (set when the task is materialised, like "
+        "repo_path); None for an image task, whose interpreter is in the image.",
+    )
 
 
 class Task(BaseModel):
@@ -71,6 +109,9 @@ class Task(BaseModel):
     image: str | None = Field(None, description="Container image for the docker backend.")
     dockerfile: str | None = Field(None, description="Dockerfile text to build the image from.")
     test_cmd: str = Field("python -m pytest", description="Command that runs tests; test ids are appended.")
+    environment: TaskEnvironment | None = Field(
+        None, description="The interpreter and packages the tests need (None: lego's own pytest runtime)."
+    )
     split: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
 
