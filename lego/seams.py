@@ -41,8 +41,10 @@ class Sandbox(Protocol):
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         cwd: str | None = None,
+        stdin: bytes | None = None,
     ) -> ExecResult:
-        """Run ``cmd`` (a shell string or an argv) inside; kill its whole process group on timeout."""
+        """Run ``cmd`` (a shell string or an argv) inside, ``stdin`` on its standard input (else it reads
+        nothing); kill its whole process group on timeout."""
         ...
 
     def read(self, path: str) -> bytes:

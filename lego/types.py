@@ -264,9 +264,11 @@ class GradeResult(BaseModel):
     excluded_files: list[str] = Field(default_factory=list, description="Files dropped from the graded diff.")
     tampered: list[str] = Field(
         default_factory=list,
-        description="Evidence that the test run forged or subverted its own results (a canary reported passed, "
-        "pytest's objects patched, records out of protocol order...); non-empty means reward 0.",
+        description="Evidence that the test run forged its results (a perturbed assertion reported passed, a "
+        "witnessed value that contradicts a pass...); non-empty means reward 0.",
     )
+    perturbed: int = Field(0, description="Expected tests one of whose assertions a grading run perturbed.")
+    witnessed: int = Field(0, description="Of those, the ones whose perturbed assertion witnessed the true value.")
     log: str = ""
     duration_s: float = 0.0
 

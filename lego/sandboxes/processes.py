@@ -157,8 +157,9 @@ class FileOps(ABC):
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         cwd: str | None = None,
+        stdin: bytes | None = None,
     ) -> ExecResult:
-        code, out, err, timed_out, wall = self.run_bytes(cmd, env=env, timeout=timeout, cwd=cwd)
+        code, out, err, timed_out, wall = self.run_bytes(cmd, env=env, timeout=timeout, cwd=cwd, stdin=stdin)
         return ExecResult(
             exit_code=code,
             stdout=out.decode(errors="replace"),

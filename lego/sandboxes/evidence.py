@@ -1,0 +1,235 @@
+"""Judging the grading runs: what the test runs report, checked against what they could not know.
+
+Each grading run (:mod:`lego.sandboxes.grading`) relays the records its test process wrote
+(:mod:`lego.sandboxes.grade_bootstrap`). The code under test shares that process, so a record is a
+claim, not a fact. The verdict rests on the claims a cheat cannot make without being correct:
+
+* every expected test must pass in each run where its function is unperturbed;
+* in the run that perturbs one of its assertions (:mod:`lego.sandboxes.perturb`) it must **fail**, and
+  the value witnessed at that assertion must be the *true* expected value, which appears nowhere in
+  that run. Correct code does exactly this. A perturbed assertion reported passed means the code
+  equals a wrong expected value (it read the answer from the test, or equals anything) or the
+  results were forged: tampering, reward 0. A plain builtin value witnessed there that is not the
+  true one, while the test passed where unperturbed, is a forged witness: tampering too.
+* an unperturbed assertion whose witnessed plain value is not the literal it was compared with, while
+  the test passed, is a forged record: tampering.
+
+A witness that is not a plain builtin value (a custom class, or a subclass of a builtin, which may
+define equality its own way) proves nothing either way: for that assertion only the pass/fail bit
+counts, which a forger must guess (it cannot tell which run perturbs the test). Tests with no
+witnessed assertion rest on their reported outcome alone; :class:`Evidence` counts both.
+
+Symptoms of a run that could not be graded at all (no records, collection errors, expected tests not
+collected, pytest usage errors, a time-out) are listed in ``Evidence.ungradable``: the grader then
+checks the pristine repo, so a broken task is infrastructure and a diff that breaks collection the
+policy's 0.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from lego.sandboxes.perturb import FilePlan
+
+__all__ = ["Evidence", "RunRecords", "judge", "parse_run", "test_function"]
+
+_WHENS = ("setup", "call", "teardown")
+
+
+@dataclass
+class RunRecords:
+    """What one run's test process reported."""
+
+    started: bool = False
+    collected: list[str] | None = None
+    outcome: dict[str, str] = field(default_factory=dict)  # node id -> passed|failed|error|skipped|missing
+    witnesses: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)  # (node id, key)
+    collect_errors: list[str] = field(default_factory=list)
+    exitstatus: int | None = None
+    malformed: list[str] = field(default_factory=list)
+
+
+def parse_run(lines: list[str]) -> RunRecords:
+    """Fold one run's record lines into per-test outcomes and witnesses (fail closed: a test without a
+    passing setup, call and teardown is not passed; a failed subtest fails its test)."""
+    run = RunRecords()
+    stages: dict[str, dict[str, str]] = {}
+    sub_failed: set[str] = set()
+    current: str | None = None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            run.malformed.append(line[:120])
+            continue
+        if not isinstance(rec, dict):
+            run.malformed.append(line[:120])
+            continue
+        kind = rec.get("k")
+        if kind == "hello":
+            run.started = True
+        elif kind == "collected" and isinstance(rec.get("ids"), list):
+            run.collected = [str(i) for i in rec["ids"]]
+        elif kind == "collect_error":
+            run.collect_errors.append(f"{rec.get('id')}: {str(rec.get('msg'))[-800:]}")
+        elif kind == "start":
+            current = str(rec.get("id"))
+        elif kind == "witness" and current is not None:
+            run.witnesses.setdefault((current, str(rec.get("site"))), []).append(rec)
+        elif kind == "report":
+            test, when, result = str(rec.get("id")), rec.get("when"), rec.get("outcome")
+            if when not in _WHENS or result not in ("passed", "failed", "skipped"):
+                run.malformed.append(line[:120])
+            elif rec.get("sub"):
+                if result == "failed":
+                    sub_failed.add(test)
+            else:
+                stages.setdefault(test, {})[str(when)] = str(result)
+        elif kind == "finish":
+            status = rec.get("exitstatus")
+            run.exitstatus = status if isinstance(status, int) else None
+    for test, done in stages.items():
+        setup, call, teardown = done.get("setup"), done.get("call"), done.get("teardown")
+        if setup is None or teardown is None:
+            run.outcome[test] = "missing"
+        elif setup != "passed":
+            run.outcome[test] = "error" if setup == "failed" else "skipped"
+        elif teardown == "failed":
+            run.outcome[test] = "error"
+        elif call is None:
+            run.outcome[test] = "missing"
+        else:
+            run.outcome[test] = "failed" if test in sub_failed and call == "passed" else call
+    return run
+
+
+def test_function(test_id: str) -> tuple[str, str]:
+    """``(file, qualified function)`` of a pytest node id: ``a/t.py::C::test_x[p 1]`` -> ``(a/t.py, C.test_x)``."""
+    path, _, rest = test_id.partition("::")
+    parts = rest.split("::")
+    parts[-1] = parts[-1].split("[", 1)[0]
+    return path, ".".join(parts)
+
+
+def match_ids(expected: list[str], collected: list[str]) -> dict[str, str]:
+    """Expected id -> collected node id: the same id, or (as swebench's log parser writes ids with a
+    space) a collected id cut at its first space; an expected id matching several is unmatched."""
+    exact = set(collected)
+    cut: dict[str, list[str]] = {}
+    for nodeid in collected:
+        cut.setdefault(nodeid.split(" ", 1)[0], []).append(nodeid)
+    out = {}
+    for test in expected:
+        if test in exact:
+            out[test] = test
+        elif len(cut.get(test, [])) == 1:
+            out[test] = cut[test][0]
+    return out
+
+
+@dataclass
+class Evidence:
+    """The verdict's parts: per expected test its outcome, and why a reward is 0."""
+
+    tests: dict[str, str] = field(default_factory=dict)
+    tampered: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    ungradable: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    perturbed: int = 0  # expected tests one of whose assertions was perturbed
+    witnessed: int = 0  # ... whose perturbed assertion also had its true value witnessed
+
+
+def _same(text: str, expected: Any) -> bool:
+    try:
+        return bool(ast.literal_eval(text) == expected)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+
+
+def _check_witness(w: dict[str, Any], site_truth: bool | None, value: Any) -> bool | None:
+    """Whether a witness shows the true value (None: it is no plain value, so it shows nothing)."""
+    if not w.get("exact") or not isinstance(w.get("v"), str):
+        return None
+    if site_truth is not None:
+        return bool(w.get("truth")) is site_truth
+    return _same(w["v"], value)
+
+
+def judge(expected: list[str], plans: list[FilePlan], runs: list[RunRecords], exit_codes: list[int]) -> Evidence:
+    """The verdict over the runs of one grade (see module doc); ``plans`` carry the sites and which run
+    perturbs which (:func:`lego.sandboxes.perturb.plan_perturbations`)."""
+    ev = Evidence()
+    sites: dict[tuple[str, str], list[tuple[FilePlan, int]]] = {}
+    for plan in plans:
+        for i, site in enumerate(plan.sites):
+            sites.setdefault((plan.path, site.function), []).append((plan, i))
+    matched: list[dict[str, str]] = []
+    for r, run in enumerate(runs):
+        if not run.started:
+            ev.ungradable.append(f"run {r}: the test process sent no records (it died before pytest started)")
+        if run.collect_errors:
+            ev.ungradable.append(f"run {r}: collection errors: " + " | ".join(run.collect_errors)[:2000])
+        if run.exitstatus not in (0, 1) or exit_codes[r] not in (0, 1):
+            ev.ungradable.append(f"run {r}: pytest exited {exit_codes[r]} (status {run.exitstatus})")
+        ids = match_ids(expected, run.collected or [])
+        lacking = [t for t in expected if t not in ids]
+        if lacking:
+            ev.ungradable.append(f"run {r}: {len(lacking)} expected test(s) not collected, e.g. {lacking[0]}")
+        if run.malformed:
+            ev.failures.append(f"run {r}: malformed records, e.g. {run.malformed[0]!r}")
+        matched.append(ids)
+    for test in expected:
+        entries = sites.get(test_function(test), [])
+        perturbed = [(plan, i, plan.perturbed[i][0]) for plan, i in entries if i in plan.perturbed]
+        p_run = perturbed[0][2] if perturbed else None
+        outcomes = [
+            run.outcome.get(ids[test], "missing") if test in ids else "missing"
+            for run, ids in zip(runs, matched, strict=True)
+        ]
+        clean = [o for r, o in enumerate(outcomes) if r != p_run]
+        ev.tests[test] = next((o for o in clean if o != "passed"), "passed")
+        clean_passed = ev.tests[test] == "passed"
+        for plan, i in entries:  # unperturbed witnesses in passing runs must show the literal compared with
+            site = plan.sites[i]
+            for r, (run, ids) in enumerate(zip(runs, matched, strict=True)):
+                if (r == p_run and i in plan.perturbed) or outcomes[r] != "passed" or test not in ids:
+                    continue
+                for w in run.witnesses.get((ids[test], plan.keys[i]), []):
+                    if _check_witness(w, site.truth, site.value) is False:
+                        ev.tampered.append(
+                            f"{test}: passed, but witnessed {str(w.get('v'))[:80]} at line {site.expr[0]}"
+                        )
+        if p_run is None:
+            continue
+        plan, i, _ = perturbed[0]
+        site = plan.sites[i]
+        ev.perturbed += 1
+        where = f"{plan.path}:{site.expr[0]}"
+        got = outcomes[p_run]
+        if got == "passed":
+            ev.tampered.append(
+                f"{test}: passed with the expected value at {where} changed: forged results, an answer key "
+                "read from the test, or a value that equals anything"
+            )
+            continue
+        if not clean_passed:
+            continue  # the policy's failure, already counted
+        if got not in ("failed", "error"):
+            ev.failures.append(f"{test}: {got} in the run that perturbs {where}, passed where unperturbed")
+            continue
+        ws = runs[p_run].witnesses.get((matched[p_run][test], plan.keys[i]), [])
+        if not ws:
+            ev.failures.append(f"{test}: failed before the perturbed assertion at {where}, passed where unperturbed")
+            continue
+        shown = _check_witness(ws[0], site.truth, site.value)
+        if shown is False:
+            ev.tampered.append(
+                f"{test}: witnessed {str(ws[0].get('v'))[:80]} at the perturbed {where}, not the true value"
+            )
+        elif shown:
+            ev.witnessed += 1
+    return ev
