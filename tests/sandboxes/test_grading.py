@@ -38,7 +38,7 @@ def test_same_diff_graded_twice_gives_the_same_result(calc_task: Task) -> None:
 def test_a_task_naming_a_test_that_does_not_exist_cannot_be_graded(calc_task: Task) -> None:
     """The pristine repo does not collect it either: the task is broken (infrastructure), not the policy."""
     task = calc_task.model_copy(update={"PASS_TO_PASS": [*calc_task.PASS_TO_PASS, "tests/test_visible.py::test_gone"]})
-    with pytest.raises(GradingError, match="cannot be graded.*not collected"):
+    with pytest.raises(GradingError, match=r"cannot be graded.*not collected"):
         grade(task, task.patch)
 
 
