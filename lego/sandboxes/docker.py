@@ -99,7 +99,7 @@ from lego.sandboxes.docker_scripts import AS_AGENT, GIT_ENV, KEEPER, KILL_ALL, S
 from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR
 from lego.sandboxes.local_diff import DIFF_OUTPUT_CAP
 from lego.sandboxes.processes import OUTPUT_CAP, FileOps, agent_env
-from lego.sandboxes.runtime import python_runtime
+from lego.sandboxes.runtime import python_runtime, task_runtime
 from lego.sandboxes.templates import pristine_template, sandbox_id, template_info
 from lego.types import Task
 
@@ -133,7 +133,8 @@ class DockerSandbox(FileOps):
         try:
             image = image_for(self.client, task, cfg)
             self.runtime = python_runtime()
-            binds = [Path(p) for p in (*self.runtime.binds, *ro_binds)]
+            self.task_runtime = task_runtime(task)
+            binds = list(dict.fromkeys(Path(p) for p in (*self.runtime.binds, *self.task_runtime.binds, *ro_binds)))
             mounts, under_root = sandbox_mounts(binds, cfg, repo_tmpfs=bool(task.repo_path))
             if task.repo_path:
                 self.template = pristine_template(task.repo_path)
@@ -257,7 +258,12 @@ class DockerSandbox(FileOps):
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment every command starts from (``extra`` wins)."""
-        return agent_env(f"{self._image_path}:{self.runtime.bin_dir}", AGENT_HOME, self.proxy_port, extra)
+        path = f"{self._image_path}:{self.runtime.bin_dir}"
+        if self.task_runtime.bin_dir is not None:
+            path = f"{self.task_runtime.bin_dir}:{path}"
+        pythonpath = self.task_runtime.pythonpath(self.repo_dir)
+        env = {**({"PYTHONPATH": pythonpath} if pythonpath else {}), **(extra or {})}
+        return agent_env(path, AGENT_HOME, self.proxy_port, env)
 
     def run_bytes(
         self,

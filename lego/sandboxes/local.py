@@ -79,7 +79,7 @@ from lego.sandboxes.local_diff import DIFF_FILE_CAP, host_diff
 from lego.sandboxes.local_start import HostProcesses, copy_owned, mount_root, workdir
 from lego.sandboxes.privilege import HostIdentity
 from lego.sandboxes.processes import FileOps, agent_env
-from lego.sandboxes.runtime import python_runtime
+from lego.sandboxes.runtime import python_runtime, task_runtime
 from lego.sandboxes.templates import pristine_template, sandbox_id, template_info
 from lego.types import Task
 
@@ -131,9 +131,11 @@ class LocalSandbox(FileOps):
             self.template = pristine_template(task.repo_path)
             self.base_commit, self.history_strip = template_info(self.template)
             self.runtime = python_runtime()
+            self.task_runtime = task_runtime(task)
             self.proxy_port: int | None = None
             if self.isolated:
-                outer = self._procs.start_bwrap(self.runtime.python, [*self.runtime.binds, *ro_binds])
+                binds = [*self.runtime.binds, *self.task_runtime.binds, *ro_binds]
+                outer = self._procs.start_bwrap(self.runtime.python, list(dict.fromkeys(binds)))
                 self.root = Path(f"/proc/{outer}/root{self._procs.mnt}/fs/repo")
                 self.repo_dir = REPO_DIR
             else:
@@ -155,7 +157,12 @@ class LocalSandbox(FileOps):
             home = str(self.host_dir / "home")
             Path(home).mkdir(exist_ok=True)
         path = f"{self.runtime.bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-        return agent_env(path, home, self.proxy_port, extra)
+        if self.task_runtime.bin_dir is not None:
+            path = f"{self.task_runtime.bin_dir}:{path}"
+        pythonpath = self.task_runtime.pythonpath(self.repo_dir)
+        return agent_env(
+            path, home, self.proxy_port, {**({"PYTHONPATH": pythonpath} if pythonpath else {}), **(extra or {})}
+        )
 
     def run_bytes(
         self,

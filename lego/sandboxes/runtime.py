@@ -28,8 +28,9 @@ from packaging.requirements import Requirement
 
 from lego.errors import SandboxError
 from lego.paths import data_dir
+from lego.types import Task
 
-__all__ = ["RUNTIME_DISTS", "PythonRuntime", "python_runtime"]
+__all__ = ["RUNTIME_DISTS", "PythonRuntime", "TaskRuntime", "python_runtime", "task_runtime"]
 
 RUNTIME_DISTS = ("pytest",)
 """Distributions installed (with their dependencies) into the task runtime."""
@@ -122,3 +123,43 @@ def python_runtime() -> PythonRuntime:
     if not str(base).startswith("/usr/"):
         binds.insert(0, base)
     return PythonRuntime(venv=venv, bin_dir=venv / "bin", python=venv / "bin" / "python", binds=tuple(binds))
+
+
+@dataclass(frozen=True)
+class TaskRuntime:
+    """What a task's own environment adds to a sandbox: host dirs to bind read-only at the same path,
+    the directory to put first on PATH, and the repo-relative import roots (for PYTHONPATH)."""
+
+    bin_dir: Path | None
+    binds: tuple[Path, ...]
+    import_roots: tuple[str, ...]
+
+    def pythonpath(self, repo_dir: str) -> str:
+        """The agent's PYTHONPATH: the repo's import roots, so ``python -m pytest`` in the repo sees
+        the repo's code as a developer's checkout does (``.`` alone adds nothing a cwd does not)."""
+        return ":".join(os.path.normpath(f"{repo_dir}/{root}") for root in self.import_roots if root != ".")
+
+
+def task_runtime(task: Task) -> TaskRuntime:
+    """The task's environment as the sandbox backends use it (nothing for a task without one). A venv
+    built on this host is bound with the interpreter it was made from (``home`` in ``pyvenv.cfg``)."""
+    env = task.environment
+    if env is None:
+        return TaskRuntime(None, (), ())
+    roots = tuple(env.import_roots)
+    if not env.path:
+        python = Path(env.python) if env.python.startswith("/") else None
+        return TaskRuntime(python.parent if python else None, (), roots)
+    venv = Path(env.path)
+    if not (venv / "bin" / "python").exists():
+        raise SandboxError(f"task {task.instance_id}: its environment {venv} is missing or incomplete; rebuild it")
+    binds = [venv]
+    cfg = venv / "pyvenv.cfg"
+    if cfg.exists():
+        for line in cfg.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home":
+                base = Path(value.strip()).resolve().parent
+                if not str(base).startswith("/usr"):
+                    binds.insert(0, base)
+    return TaskRuntime(venv / "bin", tuple(binds), roots)

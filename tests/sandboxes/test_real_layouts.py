@@ -1,0 +1,129 @@
+"""What real projects' repositories do that lego's own tasks never did, graded in real sandboxes:
+a src/ layout, a package that the grader's own interpreter also has installed, pytest configuration
+and conftest fixtures of the project, subtests, ids with spaces as swebench writes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lego.config import SandboxConfig
+from lego.sandboxes.grading import grade
+from lego.sandboxes.local import LocalSandbox
+from lego.types import Task, TaskEnvironment
+from tests.sandboxes.sbx_fixtures import _patch, git_in
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+
+
+def _project(root: Path, name: str, files: dict[str, str], hidden: dict[str, str], fix: tuple[str, str], **kw) -> Task:  # type: ignore[no-untyped-def]
+    repo = root / name
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git_in(repo, "init", "-q")
+    git_in(repo, "add", "-A")
+    git_in(repo, "commit", "-qm", "base")
+    test_patch = ""
+    for rel, text in hidden.items():
+        test_patch += _patch(repo, rel, text)
+    return Task(
+        instance_id=name,
+        repo=f"real/{name}",
+        problem_statement="add returns the difference",
+        patch=_patch(repo, *fix),
+        test_patch=test_patch,
+        repo_path=str(repo),
+        **kw,
+    )
+
+
+def test_src_layout_is_importable_for_the_agent_and_the_grader(tmp_path: Path) -> None:
+    task = _project(
+        tmp_path,
+        "srclayout",
+        {"src/mathy/__init__.py": BUGGY, "pyproject.toml": "[tool.pytest.ini_options]\ntestpaths = ['tests']\n"},
+        {"tests/test_add.py": "from mathy import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+        ("src/mathy/__init__.py", FIXED),
+        FAIL_TO_PASS=["tests/test_add.py::test_add"],
+        environment=TaskEnvironment(import_roots=["src"]),
+    )
+    assert grade(task, task.patch).reward == 1.0
+    assert grade(task, "").reward == 0.0
+    sb = LocalSandbox(task, SandboxConfig())
+    try:  # the agent's python sees the package as a developer's checkout does
+        run = sb.exec(["python", "-c", "import mathy, sys; print(mathy.__file__)"])
+        assert run.exit_code == 0 and run.stdout.strip() == "/repo/src/mathy/__init__.py", run.stderr
+    finally:
+        sb.close()
+
+
+def test_the_repo_is_the_code_under_test_even_when_the_grader_has_the_project_installed(tmp_path: Path) -> None:
+    """iniconfig is installed beside pytest (pytest imports it at start-up); a task *on* iniconfig must
+    test the repo's copy, or every diff, the empty one too, is graded against the installed one."""
+    import iniconfig
+
+    src = Path(iniconfig.__file__).parent
+    files = {f"iniconfig/{p.name}": p.read_text() for p in src.glob("*.py")}
+    fixed = files["iniconfig/_parse.py"]
+    assert "value = value.strip()" in fixed
+    files["iniconfig/_parse.py"] = fixed.replace("value = value.strip()", "value = value.rstrip()")
+    hidden = "from iniconfig import IniConfig\n\n\ndef test_value_is_stripped():\n    assert IniConfig('x', data='[a]\\nb = 1\\n')['a']['b'] == '1'\n"
+    task = _project(
+        tmp_path,
+        "shadow",
+        files,
+        {"testing/test_strip.py": hidden},
+        ("iniconfig/_parse.py", fixed),
+        FAIL_TO_PASS=["testing/test_strip.py::test_value_is_stripped"],
+    )
+    assert grade(task, "").reward == 0.0
+    assert grade(task, task.patch).reward == 1.0
+
+
+CONFTEST = "import pytest\n\n\n@pytest.fixture\ndef pair():\n    return (2, 3)\n"
+SUBTESTS = (
+    "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_many(self):\n"
+    "        for a, b in ((1, 1), (2, 3)):\n            with self.subTest(a=a, b=b):\n                self.assertEqual(add(a, b), a + b)\n"
+)
+PARAMS = (
+    "import pytest\nfrom calc import add\n\n\n@pytest.mark.parametrize('words', ['a b', 'é ü'])\n"
+    "def test_spaced(words, pair):\n    assert add(*pair) == 5\n\n\ndef test_ünicode(pair):\n    assert add(*pair) == 5\n"
+)
+
+
+def test_conftest_fixtures_subtests_and_spaced_ids(tmp_path: Path) -> None:
+    task = _project(
+        tmp_path,
+        "realish",
+        {"calc/__init__.py": BUGGY, "tests/conftest.py": CONFTEST, "tox.ini": "[pytest]\naddopts = -ra\n"},
+        {"tests/test_sub.py": SUBTESTS, "tests/test_params.py": PARAMS},
+        ("calc/__init__.py", FIXED),
+        # as swebench's parse_log_pytest writes them: cut at the first space (pytest escapes the é of an id)
+        FAIL_TO_PASS=[
+            "tests/test_sub.py::T::test_many",
+            "tests/test_params.py::test_spaced[a",
+            "tests/test_params.py::test_spaced[\\xe9",
+            "tests/test_params.py::test_ünicode",
+        ],
+    )
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0 and not gold.tampered, gold.log[-3000:]
+    empty = grade(task, "")
+    assert empty.reward == 0.0 and not empty.tampered
+    assert empty.tests["tests/test_sub.py::T::test_many"] == "failed"  # a failed subtest fails its test
+
+
+@pytest.mark.parametrize("script", ["grade_bootstrap.py", "grade_supervisor.py"])
+def test_the_scripts_that_run_on_the_tasks_interpreter_parse_as_python_3_6(script: str) -> None:
+    """SWE-bench images carry Python 3.6 to 3.9: no walrus, no `X | Y` at run time, no match."""
+    import ast
+
+    import lego.sandboxes as pkg
+
+    source = (Path(pkg.__file__).parent / script).read_text()
+    tree = ast.parse(source, feature_version=(3, 6))
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.AnnAssign | ast.NamedExpr | ast.Match)]
+    assert "from __future__" not in source and "removeprefix" not in source
