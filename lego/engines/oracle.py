@@ -14,6 +14,9 @@ declare ``takes_answer``) and answers with the harness's own way to act:
   final message (OpenCode, Claude Code and Codex end a turn that has no tool call);
 - aider (text only, prompt asks for SEARCH/REPLACE blocks): the patch as SEARCH/REPLACE blocks,
   on every call (aider calls again only when the edits did not land yet);
+- a script answer (a Harbor task's ``solution/solve.sh``, see :mod:`lego.engines.script_answer`)
+  instead of a patch: the same shell call or fenced block, running the script instead of
+  ``git apply``; a harness without a shell (aider) cannot play it, which is an error;
 - another text-only harness: the command in a fenced block of the language its prompt uses
   (```mswea_bash_command for mini-swe-agent's text mode, ```bash otherwise);
 - a side call (title generation, a subagent without a shell): a short plain answer.
@@ -36,10 +39,11 @@ from typing import Any, Protocol
 
 from lego.config import EngineConfig
 from lego.engines.base import Engine, TokenSink
+from lego.engines.script_answer import ScriptAnswer
 from lego.errors import EngineError
 from lego.types import Generation, RequestContext, SamplingParams
 
-__all__ = ["OracleEngine", "OracleReply", "plan_reply", "search_replace_blocks"]
+__all__ = ["OracleEngine", "OracleReply", "answer_command", "plan_reply", "search_replace_blocks"]
 
 SHELL_TOOL_NAMES = (
     "bash",
@@ -190,18 +194,27 @@ def search_replace_blocks(patch: str) -> str:
     return "Here are the changes.\n\n" + "\n".join(blocks)
 
 
+def answer_command(answer: str) -> tuple[str, str]:
+    """``(command, marker)``: the shell line that plays ``answer`` (a patch or a script answer) in the repo,
+    and a piece of it that shows, once in the transcript, that it was sent."""
+    script = ScriptAnswer.decode(answer)
+    if script is not None:
+        return script.command(), script.archive[:48]
+    return apply_command(answer), base64.b64encode(answer.encode()).decode()[:48]
+
+
 def plan_reply(context: RequestContext, patch: str) -> OracleReply:
-    """Decide the oracle's next action from the conversation so far (stateless: the transcript is the state)."""
+    """Decide the oracle's next action from the conversation so far (stateless: the transcript is the state).
+    ``patch`` is the task's answer: a gold patch or a script answer."""
     messages = context.messages
     prompt = "\n".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "user"))
     past = json.dumps([m for m in messages if m.get("role") == "assistant"])
-    marker = base64.b64encode(patch.encode()).decode()[:48]
-    applied = bool(marker) and marker in past
+    cmd, marker = answer_command(patch)
+    applied = bool(patch) and marker in past
     shell = find_shell_tool(context.tools)
     if shell is not None:
         name, key, is_array, extra = shell
         if not applied:
-            cmd = apply_command(patch)
             return OracleReply("I will apply the fix.", name, {key: ["bash", "-lc", cmd] if is_array else cmd, **extra})
         finish = find_finish_tool(context.tools)
         if finish is not None:
@@ -215,6 +228,11 @@ def plan_reply(context: RequestContext, patch: str) -> OracleReply:
     if context.tools:
         return OracleReply(DONE_TEXT)
     if "SEARCH/REPLACE" in prompt:
+        if ScriptAnswer.decode(patch) is not None:
+            raise EngineError(
+                "this task's answer is a script (solution/solve.sh), and this harness edits files with "
+                "SEARCH/REPLACE blocks only; play it with a harness that has a shell tool (lego-agent)"
+            )
         # aider calls again only when the edits did not land (e.g. "I added these files to the
         # chat", or a block that did not match), so the answer is always the blocks.
         return OracleReply(search_replace_blocks(patch))
@@ -222,7 +240,7 @@ def plan_reply(context: RequestContext, patch: str) -> OracleReply:
     if not fence:
         return OracleReply(DONE_TEXT)
     if not applied:
-        return OracleReply(f"I will apply the fix.\n\n```{fence}\n{apply_command(patch)}\n```")
+        return OracleReply(f"I will apply the fix.\n\n```{fence}\n{cmd}\n```")
     if "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in prompt:
         return OracleReply(f"Submitting.\n\n```{fence}\n{MINI_SUBMIT}\n```")
     return OracleReply(DONE_TEXT)
