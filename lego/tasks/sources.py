@@ -4,8 +4,10 @@ your own). Local files only; nothing is fetched from a hub.
 All implement :class:`lego.seams.TaskSource` (``name``, ``errors``, ``splits()``, ``records(split)``,
 ``materialize(task)``, ``tasks(split)``, ``get(instance_id)``): ``records`` lists a split fast, and
 ``materialize`` makes one record ready to run (the shipped suites build its repo then; a JSONL record
-is ready as read), so a caller never needs to know which kind of source it holds. Pick one by spec with :func:`load_source`: ``builtin``, ``builtin:heldout``,
-``/path/tasks.jsonl`` or ``/path/tasks.jsonl:test``.
+is ready as read, or pinned at its ``base_commit``), so a caller never needs to know which kind of
+source it holds. Pick one by spec with :func:`load_source`: ``builtin``, ``builtin:heldout``,
+``/path/tasks.jsonl``, ``/path/tasks.jsonl:test`` or a directory of Harbor task directories
+(:mod:`lego.tasks.harbor`).
 
 Bad input: a malformed JSONL line is reported with its line number and the reason and skipped
 (``JsonlSource.errors`` keeps every report; ``strict=True`` raises on the first instead). A task
@@ -25,6 +27,8 @@ from pydantic import ValidationError
 from lego.errors import TaskError
 from lego.seams import TaskSource
 from lego.tasks import builtin, starter
+from lego.tasks.checkout import at_base_commit
+from lego.tasks.harbor import HarborSource, is_harbor_source
 from lego.tasks.materialize import cached_repo
 from lego.tasks.swebench_compat import REQUIRED_FIELDS
 from lego.types import Task
@@ -239,11 +243,13 @@ class JsonlSource:
         return [t for t in self._all() if split is None or t.split == split]
 
     def materialize(self, task: Task) -> Task:
-        """A JSONL record names its local checkout (or none); a generated instance without one (what
-        ``lego tasks build --suite starter --output FILE`` writes) carries its files and is built here."""
+        """A JSONL record names its local checkout (or none), pinned at its ``base_commit`` when HEAD is
+        another commit (:func:`lego.tasks.checkout.at_base_commit`: your own repo with its history); a
+        generated instance without one (what ``lego tasks build --suite starter --output FILE`` writes)
+        carries its files and is built here."""
         if not task.repo_path and task.metadata.get("family") == "starter" and "files" in task.metadata:
             return _starter_repo(task)
-        return task
+        return at_base_commit(task)
 
     def tasks(self, split: str | None = None) -> Iterator[Task]:
         yield from self.records(split)
@@ -257,7 +263,8 @@ class JsonlSource:
 
 def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
     """``builtin``, ``starter``, ``boundary`` (each optionally ``:SPLIT``), ``PATH.jsonl`` or
-    ``PATH.jsonl:SPLIT`` -> a task source."""
+    ``PATH.jsonl:SPLIT``, or Harbor tasks (a directory of task directories, one task directory, or a
+    ``.parquet``/JSONL index of them; ``:SPLIT`` too, see :mod:`lego.tasks.harbor`) -> a task source."""
     head, sep, tail = spec.rpartition(":")
     if not sep or "/" in tail or tail.endswith((".jsonl", ".json")):
         head, tail = spec, ""
@@ -266,10 +273,12 @@ def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
     if head in starter.FAMILIES:
         return StarterSource(split=tail or None, family=head)
     path = Path(head).expanduser()
+    if is_harbor_source(path):
+        return HarborSource(path, split=tail or None)
     if path.suffix not in (".jsonl", ".json") and not path.exists():
         raise TaskError(
             f"unknown task source {spec!r}; use builtin, starter or boundary (each optionally :train or "
-            ":heldout) or a .jsonl file"
+            ":heldout), a .jsonl file or a directory of Harbor task directories"
         )
     return JsonlSource(path, split=tail or None, repos_dir=repos_dir)
 
