@@ -1,91 +1,155 @@
-"""Validating task instances: the gold patch passes every named test, the base fails every FAIL_TO_PASS.
+"""Validating tasks with the grader that trains on them: the gold answer scores 1, the pristine repo does not.
 
-By default each check goes through the real grader (:func:`lego.sandboxes.grading.grade`: a fresh local
-sandbox, the diff filtered, the hidden tests applied, results from a report the agent never saw).
-``use_grader=False`` runs the same checks with plain subprocesses in a scratch copy of the repo and
-junit XML (no isolation; for machines without bubblewrap).
+Every check goes through the real grader, on the backend the task needs (:func:`backend_for`:
+docker for a task with an image or a Dockerfile and no local repo, else local bubblewrap): a fresh
+sandbox, the diff filtered, the hidden tests applied, the verdict. A pytest task is valid when its
+gold patch resolves it (every FAIL_TO_PASS and PASS_TO_PASS test passed, nothing read as
+tampering) and the pristine repo fails every FAIL_TO_PASS test and passes every PASS_TO_PASS one; a
+Harbor task (graded by its own verifier) when the gold solution is resolved and the pristine repo
+is not. An invalid task carries the grader's log, so the reason (a conftest ImportError, a
+tampering verdict, a verifier that wrote no reward) is in front of whoever reads the report.
 
-An error in one task (missing repo, a patch that does not apply) fails that task, never the run.
+``repeat`` grades gold and pristine that many times each: a task is *consistent* when the same
+diff got the same reward every time; ``flaky_tests`` are the named tests whose status changed
+between runs of the same diff. There is no other way to validate: a machine without bubblewrap
+runs the same grader with ``SandboxConfig.unsafe_no_isolation`` (commands on the host, for trusted
+tasks only), so validation cannot disagree with training.
+
+An error in one task (missing repo, a grader that cannot run it) fails that task, never the run.
 """
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Literal
 
+from lego.config import SandboxConfig
 from lego.errors import LegoError
-from lego.tasks.materialize import git_env
-from lego.tasks.sources import require_repo
-from lego.tasks.testrun import copy_tree, run_pytest
-from lego.types import Task
+from lego.sandboxes.grading import grade
+from lego.sandboxes.verifier import grade_verifier, is_harbor
+from lego.types import GradeResult, Task
 
-__all__ = ["TaskValidation", "validate_task"]
+__all__ = ["Backend", "TaskValidation", "backend_for", "flaky_rate", "grade_task", "sandbox_for", "validate_task"]
+
+Backend = Literal["local", "docker"]
+
+_LOG_TAIL = 4000
 
 
 @dataclass
 class TaskValidation:
+    """One task's verdict. ``gold``/``base``: per-test statuses of the first gold and pristine grades;
+    ``log``: the grader's log of the grade that made the task invalid (its tail); ``rewards``: the
+    rewards of every grade, by diff (``gold``, ``base``)."""
+
     instance_id: str
     ok: bool
     reason: str = ""
     gold: dict[str, str] = field(default_factory=dict)
     base: dict[str, str] = field(default_factory=dict)
+    log: str = ""
+    backend: str = ""
+    rewards: dict[str, list[float]] = field(default_factory=dict)
+    flaky_tests: list[str] = field(default_factory=list)
+    tests_checked: int = 0
+
+    @property
+    def consistent(self) -> bool:
+        """The same diff got the same reward on every repeat."""
+        return all(len(set(r)) <= 1 for r in self.rewards.values())
 
 
-def _judge(task: Task, gold: dict[str, str], base: dict[str, str]) -> TaskValidation:
+def backend_for(task: Task, sandbox: Backend | None = None) -> Backend:
+    """``sandbox`` when given, else the backend the task needs: docker for a task that brings an image
+    or a Dockerfile and has no local repo, local otherwise."""
+    if sandbox is not None:
+        return sandbox
+    return "docker" if (task.image or task.dockerfile) and not task.repo_path else "local"
+
+
+def sandbox_for(
+    task: Task, sandbox: Backend | None = None, *, no_isolation: bool = False, docker_image: str | None = None
+) -> SandboxConfig:
+    """The sandbox settings ``task`` is validated with: :func:`backend_for`'s backend; ``no_isolation``:
+    the local backend without bubblewrap (``unsafe_no_isolation``); ``docker_image``: the image for a
+    docker task that names none."""
+    kind = backend_for(task, sandbox)
+    if no_isolation and kind != "local":
+        raise ValueError(f"task {task.instance_id} runs on docker; unsafe_no_isolation is for the local backend only")
+    return SandboxConfig(kind=kind, unsafe_no_isolation=no_isolation, docker_image=docker_image)
+
+
+def flaky_rate(results: list[TaskValidation]) -> tuple[int, int]:
+    """(tests whose status changed between repeats of the same diff, tests checked), over ``results``."""
+    return sum(len(r.flaky_tests) for r in results), sum(r.tests_checked for r in results)
+
+
+def grade_task(task: Task, diff: str, cfg: SandboxConfig) -> GradeResult:
+    """The grade training gives ``diff``: the task's own verifier for a Harbor task, else the pytest grader."""
+    if is_harbor(task):
+        return grade_verifier(task, diff, cfg=cfg)
+    return grade(task, diff, cfg=cfg)
+
+
+def _judge(task: Task, gold: GradeResult, base: GradeResult) -> list[str]:
+    if is_harbor(task):
+        problems = [] if gold.resolved else [f"gold: the solution scores {gold.reward}, not 1"]
+        if base.resolved:
+            problems.append(f"base: the pristine repo scores {base.reward} already")
+        return problems
     problems = []
-    bad_gold = sorted(t for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS] if gold.get(t) != "passed")
+    names = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+    bad_gold = sorted(t for t in names if gold.tests.get(t) != "passed")
     if bad_gold:
         problems.append(
-            f"gold: {len(bad_gold)} test(s) not passing, e.g. {bad_gold[0]} ({gold.get(bad_gold[0], 'missing')})"
+            f"gold: {len(bad_gold)} test(s) not passing, e.g. {bad_gold[0]} ({gold.tests.get(bad_gold[0], 'missing')})"
         )
-    passing_f2p = sorted(t for t in task.FAIL_TO_PASS if base.get(t) == "passed")
+    elif not gold.resolved:
+        problems.append(f"gold: every named test passed but the reward is {gold.reward}: {'; '.join(gold.tampered)}")
+    passing_f2p = sorted(t for t in task.FAIL_TO_PASS if base.tests.get(t) == "passed")
     if passing_f2p:
         problems.append(f"base: FAIL_TO_PASS test {passing_f2p[0]} passes without the fix")
-    bad_p2p = sorted(t for t in task.PASS_TO_PASS if base.get(t) != "passed")
+    bad_p2p = sorted(t for t in task.PASS_TO_PASS if base.tests.get(t) != "passed")
     if bad_p2p:
-        problems.append(f"base: PASS_TO_PASS test {bad_p2p[0]} is {base.get(bad_p2p[0], 'missing')}")
-    return TaskValidation(task.instance_id, not problems, "; ".join(problems), gold, base)
+        problems.append(f"base: PASS_TO_PASS test {bad_p2p[0]} is {base.tests.get(bad_p2p[0], 'missing')}")
+    return problems
 
 
-def _apply(repo: Path, patch: str) -> None:
-    proc = subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", "-"],
-        cwd=repo,
-        input=patch,
-        env=git_env(),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise LegoError(f"patch does not apply: {proc.stderr.strip()}")
+def _flaky(grades: list[GradeResult]) -> set[str]:
+    names = {n for g in grades for n in g.tests}
+    return {n for n in names if len({g.tests.get(n, "missing") for g in grades}) > 1}
 
 
-def _run_plain(task: Task, repo: Path, patch: str) -> dict[str, str]:
-    with tempfile.TemporaryDirectory(prefix="lego-validate-") as tmp:
-        work = Path(tmp)
-        copy_tree(repo, work)
-        if patch.strip():
-            _apply(work, patch)
-        if task.test_patch.strip():
-            _apply(work, task.test_patch)
-        result = run_pytest(work, [*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
-        return result.statuses
-
-
-def validate_task(task: Task, use_grader: bool = True) -> TaskValidation:
-    """Check one instance: gold resolves it, the unpatched base does not (see module doc)."""
+def validate_task(task: Task, cfg: SandboxConfig | None = None, repeat: int = 1) -> TaskValidation:
+    """Check one (materialised) task with the real grader (see module doc). ``cfg``: the sandbox settings
+    (default: the backend :func:`backend_for` picks, default limits); ``repeat``: grades per diff."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    cfg = cfg or SandboxConfig(kind=backend_for(task))
+    out = TaskValidation(task.instance_id, False, backend=cfg.kind)
+    grades: dict[str, list[GradeResult]] = {"gold": [], "base": []}
     try:
-        repo = require_repo(task)
-        if use_grader:
-            from lego.sandboxes.grading import grade
-
-            gold = grade(task, task.patch).tests
-            base = grade(task, "").tests
-        else:
-            gold = _run_plain(task, repo, task.patch)
-            base = _run_plain(task, repo, "")
+        for _ in range(repeat):
+            grades["gold"].append(grade_task(task, task.patch, cfg))
+            grades["base"].append(grade_task(task, "", cfg))
     except LegoError as exc:
-        return TaskValidation(task.instance_id, False, f"{type(exc).__name__}: {exc}")
-    return _judge(task, gold, base)
+        out.reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        out.log = str(exc)[-_LOG_TAIL:]
+        return out
+    gold, base = grades["gold"][0], grades["base"][0]
+    out.gold, out.base = gold.tests, base.tests
+    out.rewards = {k: [g.reward for g in v] for k, v in grades.items()}
+    out.flaky_tests = sorted(_flaky(grades["gold"]) | _flaky(grades["base"]))
+    out.tests_checked = len({*gold.tests, *base.tests})
+    problems = _judge(task, gold, base)
+    if not out.consistent:
+        problems.append(f"inconsistent: rewards {out.rewards} over {repeat} repeats")
+    out.ok = not problems
+    out.reason = "; ".join(problems)
+    logs = [
+        f"--- {name} grade ---\n{g.log[-_LOG_TAIL:]}"
+        for name, g in (("gold", gold), ("base", base))
+        if any(p.startswith(name) for p in problems)
+    ]
+    out.log = "\n".join(logs)
+    return out

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from lego.conductor.cli.tasks import tasks_group
+from lego.config import SandboxConfig
 from lego.tasks import builtin
 from lego.tasks.diffs import patch_files
 from lego.tasks.materialize import materialize_repo
@@ -17,6 +18,9 @@ from lego.tasks.sources import BuiltinSource
 from lego.tasks.statements import fixed_lines
 from lego.tasks.validate import validate_task
 from lego.types import Task
+
+HOST = SandboxConfig(unsafe_no_isolation=True)
+"""The grader on the host, without bubblewrap (`lego tasks validate --no-sandbox`)."""
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +92,7 @@ def test_materialised_repo_matches_base_commit(records: list[Task], isolated_cac
 @pytest.mark.parametrize("library", ["roman", "template"])
 def test_validate_one_task_per_library_without_sandbox(records: list[Task], isolated_cache: Path, library: str):
     task = next(t for t in records if t.metadata["library"] == library)
-    result = validate_task(BuiltinSource().materialize(task), use_grader=False)
+    result = validate_task(BuiltinSource().materialize(task), HOST)
     assert result.ok, result.reason
 
 
@@ -98,7 +102,7 @@ def test_validate_one_task_in_the_real_sandbox(records: list[Task], isolated_cac
     if subprocess.run(["which", "bwrap"], capture_output=True).returncode != 0:
         pytest.skip("bubblewrap is not installed")
     task = next(t for t in records if t.metadata["library"] == "lrucache")
-    result = validate_task(BuiltinSource().materialize(task), use_grader=True)
+    result = validate_task(BuiltinSource().materialize(task))
     assert result.ok, result.reason
 
 

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from lego.config import SandboxConfig
 from lego.errors import TaskError
 from lego.seams import TaskSource
 from lego.tasks.materialize import git_env
 from lego.tasks.sources import BuiltinSource, JsonlSource, load_source, require_repo
 from lego.tasks.validate import validate_task
 
+HOST = SandboxConfig(unsafe_no_isolation=True)
+"""The grader on the host, without bubblewrap (`lego tasks validate --no-sandbox`)."""
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "tasks" / "swebench_sample.jsonl"
 
 
@@ -69,7 +72,7 @@ def test_relative_repo_path_resolved_and_missing_repo_fails_only_that_task():
     assert task.repo_path == str((FIXTURE.parent / "repos" / "widgets").resolve())
     with pytest.raises(TaskError, match=r"acme__widgets-104: repo .* does not exist"):
         require_repo(task)
-    result = validate_task(task, use_grader=False)
+    result = validate_task(task, HOST)
     assert not result.ok and "does not exist" in result.reason
     unset = JsonlSource(FIXTURE).get("acme__widgets-101")
     with pytest.raises(TaskError, match="no local repo"):
@@ -92,7 +95,7 @@ def test_repos_dir_lookup_and_plain_validation(tmp_path: Path):
     source = JsonlSource(FIXTURE, repos_dir=tmp_path / "repos")
     task = source.get("acme__widgets-101")
     assert task.repo_path == str(tmp_path / "repos" / "acme__widgets")
-    result = validate_task(task, use_grader=False)
+    result = validate_task(task, HOST)
     assert result.ok, result.reason
     assert result.gold == {"tests/test_size.py::test_area": "passed"}
     assert result.base == {"tests/test_size.py::test_area": "failed"}
@@ -102,7 +105,7 @@ def test_validation_reports_a_gold_patch_that_does_not_fix(tmp_path: Path):
     _widgets_repo(tmp_path / "repos" / "acme__widgets")
     task = JsonlSource(FIXTURE, repos_dir=tmp_path / "repos").get("acme__widgets-101")
     broken = task.model_copy(update={"patch": task.patch.replace("w * h", "w - h")})
-    result = validate_task(broken, use_grader=False)
+    result = validate_task(broken, HOST)
     assert not result.ok and "gold: 1 test(s) not passing" in result.reason
 
 

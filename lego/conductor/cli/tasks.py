@@ -1,26 +1,33 @@
-"""`lego tasks`: list, show, build and validate SWE task instances.
+"""`lego tasks`: list, show, build, validate and export SWE task instances.
 
 Sources are named by spec: ``builtin``, ``builtin:train``, ``builtin:heldout``, ``FILE.jsonl`` or
-``FILE.jsonl:SPLIT`` (see :func:`lego.tasks.sources.load_source`).
+``FILE.jsonl:SPLIT``, a directory of Harbor task directories (``DIR[:SPLIT]``) or an index of them
+(see :func:`lego.tasks.sources.load_source`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lego.errors import LegoError, SandboxError, TaskError
 from lego.seams import TaskSource
 from lego.tasks import builtin, starter
 from lego.tasks.sources import load_source
 from lego.types import Task
+
+if TYPE_CHECKING:
+    from lego.tasks.validate import Backend
 
 __all__ = ["tasks_group"]
 
@@ -44,7 +51,7 @@ def _title(task: Task) -> str:
 
 @click.group("tasks")
 def tasks_group() -> None:
-    """SWE task instances: the built-in suite and SWE-bench-format JSONL files."""
+    """SWE task instances: the built-in suites, SWE-bench-format JSONL files and Harbor task directories."""
 
 
 @tasks_group.command("list")
@@ -159,39 +166,143 @@ def build_cmd(
 @click.option("--workers", default=2, show_default=True, help="Instances validated concurrently.")
 @click.option("--repos-dir", type=click.Path(file_okay=False), help="Where local repos of a JSONL file live.")
 @click.option(
+    "--sandbox",
+    type=click.Choice(["local", "docker"]),
+    default=None,
+    help="Backend to grade on [default: what each task needs: docker for a task with an image or a Dockerfile "
+    "and no local repo, else local].",
+)
+@click.option("--docker-image", default=None, help="Image for docker tasks that name none (sandbox.docker_image).")
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Grade gold and pristine N times each: report per task whether the same diff got the same reward "
+    "every time, and the flaky-test rate.",
+)
+@click.option(
     "--no-sandbox",
     is_flag=True,
-    help="Run tests with plain subprocesses instead of the sandboxed grader (no isolation).",
+    help="The same grader on the local backend without bubblewrap (sandbox.unsafe_no_isolation=true: commands "
+    "run on the host), for trusted tasks on a machine without bubblewrap; not for docker tasks.",
 )
-def validate_cmd(source: str, limit: int | None, workers: int, repos_dir: str | None, no_sandbox: bool) -> None:
-    """For every instance: the gold patch passes all named tests and the base fails FAIL_TO_PASS."""
-    from lego.tasks.validate import validate_task
+def validate_cmd(
+    source: str,
+    limit: int | None,
+    workers: int,
+    repos_dir: str | None,
+    sandbox: Backend | None,
+    docker_image: str | None,
+    repeat: int,
+    no_sandbox: bool,
+) -> None:
+    """For every instance, with the grader that trains on it: the gold answer scores 1 and the pristine repo
+    does not. Prints the grader's log for every invalid task. Exit 0: all valid; 1: some invalid; 2: usage."""
+    from lego.tasks.validate import TaskValidation, flaky_rate, sandbox_for, validate_task
 
-    src = load_source(source, repos_dir=repos_dir)
-    records = _records(src)[:limit] if limit else _records(src)
+    if no_sandbox and sandbox == "docker":
+        raise click.UsageError(
+            "--no-sandbox runs the local backend without bubblewrap; it cannot go with --sandbox docker"
+        )
+    try:
+        src = load_source(source, repos_dir=repos_dir)
+        records = _records(src)[:limit] if limit else _records(src)
+        cfgs = {
+            t.instance_id: sandbox_for(t, sandbox, no_isolation=no_sandbox, docker_image=docker_image) for t in records
+        }
+    except (TaskError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    if any(c.kind == "docker" for c in cfgs.values()):
+        from lego.sandboxes.docker_engine import docker_client
+
+        try:
+            docker_client()
+        except SandboxError as exc:
+            raise click.UsageError(f"these tasks grade on docker: {exc}") from exc
     _report_errors(src)
 
-    def check(task: Task):  # type: ignore[no-untyped-def]
+    def check(task: Task) -> TaskValidation:
         try:
             task = src.materialize(task)
-        except Exception as exc:  # a broken repo fails this task only
-            from lego.tasks.validate import TaskValidation
+        except Exception as exc:  # a broken repo or image fails this task only
+            return TaskValidation(task.instance_id, False, f"{type(exc).__name__}: {exc}", log=str(exc)[-4000:])
+        return validate_task(task, cfgs[task.instance_id], repeat=repeat)
 
-            return TaskValidation(task.instance_id, False, f"{type(exc).__name__}: {exc}")
-        return validate_task(task, use_grader=not no_sandbox)
-
-    failures = []
+    results: list[TaskValidation] = []
     t0 = time.monotonic()
     columns = (TextColumn("validate"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"))
     with Progress(*columns, TimeElapsedColumn(), console=_err) as progress:
         bar = progress.add_task("validate", total=len(records), note="")
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             for result in pool.map(check, records):
+                results.append(result)
                 if not result.ok:
-                    failures.append(result)
-                    progress.console.print(f"[red]FAIL[/] {result.instance_id}: {result.reason}", highlight=False)
-                progress.update(bar, advance=1, note=f"{len(failures)} failed")
+                    progress.console.print(
+                        f"[red]FAIL[/] {escape(result.instance_id)} [{result.backend or '-'}]: {escape(result.reason)}",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
+                    if result.log:
+                        progress.console.print(escape(textwrap.indent(result.log.rstrip(), "    ")), highlight=False)
+                bad = sum(not r.ok for r in results)
+                progress.update(bar, advance=1, note=f"{bad} failed")
+    failures = [r for r in results if not r.ok]
+    if repeat > 1:
+        for r in results:
+            verdict = "consistent" if r.consistent else "INCONSISTENT"
+            click.echo(
+                f"{r.instance_id}\t{verdict}\tgold {r.rewards.get('gold', [])}\tbase {r.rewards.get('base', [])}"
+                f"\tflaky {len(r.flaky_tests)}/{r.tests_checked}"
+            )
+        flaky, checked = flaky_rate(results)
+        consistent = sum(r.consistent and bool(r.rewards) for r in results)
+        click.echo(
+            f"repeat {repeat}: {consistent}/{len(results)} tasks consistent; flaky tests {flaky}/{checked} "
+            f"({100.0 * flaky / max(checked, 1):.1f}%)"
+        )
     passed = len(records) - len(failures)
     click.echo(f"{passed}/{len(records)} instances valid ({len(failures)} failed) in {time.monotonic() - t0:.0f}s")
     if failures or src.errors:
+        sys.exit(1)
+
+
+@tasks_group.command("export")
+@click.argument("source")
+@click.option("--format", "fmt", type=click.Choice(["harbor"]), required=True, help="The format to write.")
+@click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory to write the tasks into.")
+@click.option(
+    "--base-image",
+    default=None,
+    help="Image the Dockerfile of a task with a local repo starts FROM (it needs git and python3) "
+    "[default: python:3.11-bookworm].",
+)
+@click.option("--limit", type=int, default=None, help="Export only the first N instances.")
+@click.option("--repos-dir", type=click.Path(file_okay=False), help="Where local repos of a JSONL file live.")
+def export_cmd(
+    source: str, fmt: str, out: str, base_image: str | None, limit: int | None, repos_dir: str | None
+) -> None:
+    """Write a source's tasks in another format: Harbor task directories (one per task: task.toml,
+    instruction.md, environment/Dockerfile, tests/test.sh, solution/solve.sh)."""
+    from lego.tasks.harbor_export import DEFAULT_BASE_IMAGE, export_task
+
+    try:
+        src = load_source(source, repos_dir=repos_dir)
+        records = _records(src)[:limit] if limit else _records(src)
+    except TaskError as exc:
+        raise click.UsageError(str(exc)) from exc
+    _report_errors(src)
+    dest = Path(out)
+    dest.mkdir(parents=True, exist_ok=True)
+    written, failed = 0, 0
+    for task in records:
+        try:
+            export_task(src.materialize(task), dest, base_image=base_image or DEFAULT_BASE_IMAGE)
+            written += 1
+        except LegoError as exc:
+            failed += 1
+            _err.print(f"[red]not exported[/] {escape(task.instance_id)}: {escape(str(exc))}", highlight=False)
+    click.echo(f"{written} {fmt} task(s) written to {dest}" + (f" ({failed} failed)" if failed else ""))
+    click.echo(f"check them with: lego tasks validate {dest} --sandbox docker")
+    if failed:
         sys.exit(1)
