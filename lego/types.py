@@ -58,8 +58,8 @@ class TaskEnvironment(BaseModel):
 
     python: str = Field(
         "",
-        description="Interpreter: a version (\"3.11\": a python3.11 on this host) or, for an image task, an "
-        "absolute path inside the image (\"/opt/miniconda3/envs/testbed/bin/python\"); \"\" = the one lego runs on.",
+        description='Interpreter: a version ("3.11": a python3.11 on this host) or, for an image task, an '
+        'absolute path inside the image ("/opt/miniconda3/envs/testbed/bin/python"); "" = the one lego runs on.',
     )
     requirements: list[str] = Field(
         default_factory=list,
@@ -68,13 +68,13 @@ class TaskEnvironment(BaseModel):
     )
     import_roots: list[str] = Field(
         default_factory=lambda: ["."],
-        description="Repo-relative directories put FIRST on sys.path (\"src\" for a src/ layout), so the repo "
+        description='Repo-relative directories put FIRST on sys.path ("src" for a src/ layout), so the repo '
         "under test is the code under test even when the environment also has an installed copy.",
     )
     plugins: list[str] = Field(
         default_factory=list,
-        description="pytest plugins loaded with -p (plugin autoload stays off in grading), e.g. \"hypothesis\" "
-        "or \"pytest_cov\" when the project's own addopts need --cov.",
+        description='pytest plugins loaded with -p (plugin autoload stays off in grading), e.g. "hypothesis" '
+        'or "pytest_cov" when the project\'s own addopts need --cov.',
     )
     path: str | None = Field(
         None,

@@ -100,7 +100,10 @@ def _records(outcome: str, witnessed: str | None, ids: tuple[str, ...] = (T,), k
     recs = [{"k": "hello"}, {"k": "collected", "ids": list(ids)}, {"k": "start", "id": ids[0]}]
     if witnessed is not None:
         recs.append({"k": "witness", "site": key, "v": witnessed, "exact": True, "truth": True})
-    recs += [{"k": "report", "id": ids[0], "when": w, "outcome": o} for w, o in (("setup", "passed"), ("call", outcome), ("teardown", "passed"))]
+    recs += [
+        {"k": "report", "id": ids[0], "when": w, "outcome": o}
+        for w, o in (("setup", "passed"), ("call", outcome), ("teardown", "passed"))
+    ]
     recs.append({"k": "finish", "exitstatus": 0 if outcome == "passed" else 1})
     return [json.dumps(r) for r in recs]
 
@@ -143,7 +146,12 @@ def test_wrong_code_is_the_policys_failure_not_tampering() -> None:
 
 
 def test_ids_as_swebench_writes_them_match_the_collected_node() -> None:
-    collected = ["tests/t.py::test_a[a b]", "tests/t.py::test_b[x]", "tests/t.py::test_c[1 2]", "tests/t.py::test_c[1 3]"]
+    collected = [
+        "tests/t.py::test_a[a b]",
+        "tests/t.py::test_b[x]",
+        "tests/t.py::test_c[1 2]",
+        "tests/t.py::test_c[1 3]",
+    ]
     got = match_ids(["tests/t.py::test_a[a", "tests/t.py::test_b[x]", "tests/t.py::test_c[1"], collected)
     assert got == {"tests/t.py::test_a[a": "tests/t.py::test_a[a b]", "tests/t.py::test_b[x]": "tests/t.py::test_b[x]"}
 
