@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,10 +32,12 @@ except ImportError:
 
 @dataclass
 class SuiteResult:
-    """Per-test status (passed|failed|error|skipped) and the failure message of each non-passing test."""
+    """Per-test status (passed|failed|error|skipped), the failure message of each non-passing test and
+    each test's duration in seconds."""
 
     statuses: dict[str, str] = field(default_factory=dict)
     messages: dict[str, str] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
     timed_out: bool = False
     exit_code: int = 0
     output: str = ""
@@ -88,6 +91,10 @@ def parse_junit(xml_text: str, scrub: str = "") -> SuiteResult:
         if scrub:
             message = message.replace(scrub.rstrip("/") + "/", "").replace(scrub, "")
         result.statuses[node] = status
+        try:
+            result.durations[node] = float(case.get("time") or 0.0)
+        except ValueError:
+            result.durations[node] = 0.0
         if message:
             result.messages[node] = _ADDRESS.sub("0x…", message)
     return result
@@ -98,9 +105,14 @@ def run_pytest(
     test_ids: list[str] | None = None,
     timeout: float = 120.0,
     python: str | None = None,
+    *,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> SuiteResult:
     """Run pytest in ``repo`` (all tests, or ``test_ids``) and return per-test results.
 
+    ``args`` go before the test ids (later options win over the defaults here); ``env`` is added to
+    the environment last (a task environment's PYTHONPATH, plugin autoload switched off).
     A run that exceeds ``timeout`` is killed with its process group and reported ``timed_out``.
     """
     with tempfile.TemporaryDirectory(prefix="lego-junit-") as report_dir:
@@ -116,12 +128,20 @@ def run_pytest(
             "junit_family=xunit1",
             f"--junitxml={xml_path}",
             *_TIMEOUT_ARGS,
+            *args,
             *(test_ids or []),
         ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+        run_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        run_env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+        run_env.update(env or {})
         proc = subprocess.Popen(
-            cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            cmd,
+            cwd=repo,
+            env=run_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         try:
             output, _ = proc.communicate(timeout=timeout)

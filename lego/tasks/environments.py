@@ -1,0 +1,379 @@
+"""Task environments: the venv a task's tests run in, built once per distinct record and shared.
+
+A :class:`~lego.types.TaskEnvironment` names an interpreter, pip requirements and pytest plugins.
+:func:`build_environment` turns it into a virtualenv under ``lego.paths.cache_dir()/envs/<key>``,
+where ``key`` (:func:`environment_key`) is a sha256 over the resolved interpreter version, the
+sorted requirements and the plugins: the same record is the same directory on every call, and is
+built only the first time. ``import_roots`` and ``path`` do not enter the key (they say how a repo
+is used with the venv, not what is in it).
+
+How a build goes, and why:
+
+1. Find the interpreter: ``""`` is the base interpreter under lego's own (``sys.base_prefix``), a
+   version ``"3.X"`` is a ``python3.X`` on PATH or in pyenv's versions, an absolute path is itself.
+2. ``python -m venv`` into a scratch directory beside the final one (same filesystem, and a name of
+   the same length, so a script's shebang keeps its form when the path is rewritten), then
+   ``pip install`` the requirements (pytest added when absent), without writing bytecode.
+3. Rewrite the scratch path to the final path in ``bin/`` (console-script shebangs, ``activate``)
+   and ``pyvenv.cfg``: sandboxes bind the venv read-only *at its final host path*, so every script
+   must name that path.
+4. Precompile all bytecode with the final path as each code object's file name (``compileall -d``):
+   inside a read-only bind Python could not cache bytecode, and tracebacks must show real files.
+5. Write ``lego_env.json`` (:class:`EnvironmentInfo`: the key, ``pip freeze``, the build time, the
+   interpreter prefix a sandbox must also bind), then ``os.replace`` the scratch dir into place. A
+   crash leaves no half-built environment; a file lock makes a concurrent builder of the same key
+   wait and reuse the winner's directory instead of building it twice.
+
+A failed build is infrastructure, not the task's or the policy's fault: it raises
+:class:`~lego.errors.TaskError` with pip's last lines. A task without an environment costs nothing
+here (nothing is built; it runs on lego's own task runtime).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from pydantic import BaseModel, ConfigDict, Field
+
+from lego.errors import TaskError
+from lego.paths import cache_dir
+from lego.tasks.testrun import SuiteResult, run_pytest
+from lego.types import TaskEnvironment
+
+__all__ = [
+    "ENV_INFO",
+    "EnvironmentInfo",
+    "build_environment",
+    "effective_requirements",
+    "environment_info",
+    "environment_key",
+    "environment_python",
+    "find_interpreter",
+    "make_venv",
+    "pip_command",
+    "pip_freeze",
+    "pip_install",
+    "run_suite",
+    "suite_invocation",
+]
+
+ENV_INFO = "lego_env.json"
+"""The record each built environment holds at its root."""
+
+_FORMAT = "lego-env-1"  # bump when the build recipe changes what ends up in a venv
+_KEY_CHARS = 20  # of the hex key in the directory name: shebangs stay short, 80 bits stay unique
+_PIP_TIMEOUT = 1800.0
+_TAIL_LINES = 25
+
+
+class EnvironmentInfo(BaseModel):
+    """``lego_env.json``: what a built environment is and how it came to be."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    key: str = Field(description="environment_key of the record it was built from (full sha256).")
+    python: str = Field(description="The record's python field, as given.")
+    interpreter: str = Field(description="The base interpreter the venv was made from.")
+    python_version: str = Field(description="That interpreter's version, e.g. 3.11.7.")
+    base_prefix: str = Field(description="The interpreter's prefix: a sandbox binds it read-only beside the venv.")
+    requirements: list[str] = Field(description="What pip was asked to install (pytest included).")
+    plugins: list[str] = Field(default_factory=list)
+    freeze: list[str] = Field(description="`pip freeze --all` after the install: what the venv holds.")
+    built_at: str = Field(description="UTC time the build finished (ISO 8601).")
+    build_seconds: float = 0.0
+
+
+# -- the interpreter --------------------------------------------------------------------------
+
+
+@functools.cache
+def _probe(interpreter: str) -> tuple[str, str]:
+    """(version, base prefix) of an interpreter, asked once per process. Works back to Python 3.6."""
+    code = "import sys, json; print(json.dumps(['%d.%d.%d' % sys.version_info[:3], sys.base_prefix]))"
+    try:
+        proc = subprocess.run([interpreter, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TaskError(f"interpreter {interpreter} cannot be run ({exc}); fix or remove it") from exc
+    if proc.returncode != 0:
+        raise TaskError(f"interpreter {interpreter} cannot be run: {proc.stderr.strip()[-500:]}")
+    version, prefix = json.loads(proc.stdout)
+    return str(version), str(prefix)
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", path.name)[:3])
+
+
+def find_interpreter(python: str) -> Path:
+    """The base interpreter for a record's ``python`` field (see the module docstring).
+
+    Raises :class:`TaskError` naming the version and how to install it when none is found.
+    """
+    if not python:
+        minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        for candidate in (Path(sys.base_prefix) / "bin" / minor, Path(sys.base_prefix) / "bin" / "python3"):
+            if candidate.exists():
+                return candidate
+        return Path(sys.executable)
+    if os.path.isabs(python):
+        if not os.access(python, os.X_OK):
+            raise TaskError(f"the task environment's interpreter {python} does not exist on this host")
+        return Path(python)
+    if not re.fullmatch(r"\d+\.\d+", python):
+        raise TaskError(f'environment.python must be "", a version like "3.11" or an absolute path; got {python!r}')
+    found = shutil.which(f"python{python}")
+    if found:
+        return Path(found)
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    versions = sorted(
+        (
+            d
+            for d in (pyenv_root / "versions").glob(f"{python}.*")
+            if re.fullmatch(rf"{re.escape(python)}\.\d+", d.name)
+        ),
+        key=_version_key,
+    )
+    for version_dir in reversed(versions):
+        candidate = version_dir / "bin" / f"python{python}"
+        if candidate.exists():
+            return candidate
+    raise TaskError(
+        f"no Python {python} on this host (looked for python{python} on PATH and in {pyenv_root}/versions); "
+        f"install it (`pyenv install {python}` or your OS's python{python} package) or set the task's "
+        'environment.python to "" to use the interpreter lego runs on'
+    )
+
+
+# -- the key ----------------------------------------------------------------------------------
+
+
+def _requirement_name(line: str) -> str | None:
+    try:
+        return canonicalize_name(Requirement(line).name)
+    except InvalidRequirement:
+        return None  # a path or URL: pip understands it, the name is not ours to guess
+
+
+def effective_requirements(env: TaskEnvironment) -> list[str]:
+    """The record's requirements, de-duplicated and sorted, with ``pytest`` added when absent."""
+    lines = sorted({r.strip() for r in env.requirements if r.strip()})
+    if "pytest" not in {_requirement_name(r) for r in lines}:
+        lines.append("pytest")
+    return lines
+
+
+def environment_key(env: TaskEnvironment) -> str:
+    """sha256 over what goes into the venv: interpreter version, requirements, plugins."""
+    interpreter = find_interpreter(env.python)
+    version, _ = _probe(str(interpreter))
+    content = {
+        "format": _FORMAT,
+        "python": version,
+        "requirements": effective_requirements(env),
+        "plugins": sorted(set(env.plugins)),
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+# -- reading a built one ----------------------------------------------------------------------
+
+
+def environment_info(path: str | Path) -> EnvironmentInfo | None:
+    """The ``lego_env.json`` of a built environment, or None when ``path`` holds none."""
+    info = Path(path) / ENV_INFO
+    try:
+        return EnvironmentInfo.model_validate_json(info.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def environment_python(env: TaskEnvironment) -> Path:
+    """The built environment's interpreter, or a TaskError when the record was never built."""
+    if not env.path:
+        raise TaskError("the task environment is not built (environment.path is unset); materialise the task first")
+    return Path(env.path) / "bin" / "python"
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
+def _run(cmd: list[str], what: str, timeout: float = _PIP_TIMEOUT) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise TaskError(f"environment build: {what} took over {timeout:.0f}s and was stopped") from exc
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-_TAIL_LINES:])
+        raise TaskError(f"environment build: {what} failed (exit {proc.returncode}):\n{tail}")
+    return proc.stdout
+
+
+def _relocate(venv: Path, old: str, new: str) -> None:
+    """Replace the build path by the final path in every text file of ``bin/`` and in ``pyvenv.cfg``."""
+    files = [venv / "pyvenv.cfg", *(p for p in (venv / "bin").iterdir() if p.is_file() and not p.is_symlink())]
+    for path in files:
+        data = path.read_bytes()
+        if old.encode() not in data or b"\0" in data[:1024]:
+            continue
+        mode = path.stat().st_mode
+        path.write_bytes(data.replace(old.encode(), new.encode()))
+        path.chmod(mode)
+
+
+def _compile(venv: Path, final: Path) -> None:
+    """Bytecode for every module in the venv, each naming its file at the final path."""
+    python = str(venv / "bin" / "python")
+    for lib in ("lib", "lib64"):
+        tree = venv / lib
+        if tree.is_dir() and not tree.is_symlink():
+            # The venv's own interpreter compiles (its bytecode format); errors in files no import
+            # will ever load (py2-only examples, templates) must not fail the build.
+            command = [python, "-m", "compileall", "-q", "-f", "-j", "0", "-d", str(final / lib), str(tree)]
+            subprocess.run(command, capture_output=True, timeout=_PIP_TIMEOUT)
+
+
+def make_venv(python: str, dest: Path) -> Path:
+    """A fresh venv at ``dest`` made by the interpreter for ``python``; returns its python.
+
+    From Python 3.7 on the venv gets no pip of its own (lego's pip installs into it with ``--python``:
+    no ensurepip run, nothing of pip's to compile or to bind into sandboxes); older interpreters,
+    which lego's pip cannot drive, get their bundled pip.
+    """
+    interpreter = find_interpreter(python)
+    version, _ = _probe(str(interpreter))
+    own_pip = [] if _version_tuple(version) < (3, 7) else ["--without-pip"]
+    _run(
+        [str(interpreter), "-m", "venv", *own_pip, str(dest)], f"creating a venv with {interpreter} (Python {version})"
+    )
+    return dest / "bin" / "python"
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:2])
+
+
+def pip_command(venv_python: Path) -> list[str]:
+    """How to run pip for a venv made by :func:`make_venv`."""
+    if (venv_python.parent / "pip").exists():
+        return [str(venv_python), "-m", "pip"]
+    return [sys.executable, "-m", "pip", "--python", str(venv_python)]
+
+
+def pip_install(venv_python: Path, requirements: list[str]) -> None:
+    """``pip install`` into a venv, no bytecode written; a TaskError with pip's tail when it fails."""
+    flags = ["--no-compile", "--no-input", "--progress-bar", "off", "-q"]
+    _run([*pip_command(venv_python), "install", *flags, *requirements], f"pip install {' '.join(requirements)}")
+
+
+def pip_freeze(venv_python: Path) -> list[str]:
+    """``pip freeze --all`` of a venv: what it holds, one ``name==version`` a line."""
+    lines = _run([*pip_command(venv_python), "freeze", "--all"], "pip freeze").splitlines()
+    return [line.strip() for line in lines if line.strip()]
+
+
+def _build(env: TaskEnvironment, key: str, scratch: Path, final: Path) -> EnvironmentInfo:
+    started = time.monotonic()
+    interpreter = find_interpreter(env.python)
+    version, prefix = _probe(str(interpreter))
+    python = make_venv(env.python, scratch)
+    requirements = effective_requirements(env)
+    pip_install(python, requirements)
+    freeze = pip_freeze(python)
+    _relocate(scratch, str(scratch), str(final))
+    _compile(scratch, final)
+    info = EnvironmentInfo(
+        key=key,
+        python=env.python,
+        interpreter=str(interpreter),
+        python_version=version,
+        base_prefix=str(Path(prefix).resolve()),
+        requirements=requirements,
+        plugins=sorted(set(env.plugins)),
+        freeze=freeze,
+        built_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        build_seconds=round(time.monotonic() - started, 1),
+    )
+    (scratch / ENV_INFO).write_text(info.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return info
+
+
+def _ready(final: Path, key: str) -> bool:
+    info = environment_info(final)
+    return info is not None and info.key == key and (final / "bin" / "python").exists()
+
+
+def build_environment(env: TaskEnvironment) -> TaskEnvironment:
+    """``env`` with ``path`` set to its built venv, building it on first use (see the module docstring)."""
+    key = environment_key(env)
+    root = cache_dir() / "envs"
+    final = root / key[:_KEY_CHARS]
+    if _ready(final, key):
+        return env.model_copy(update={"path": str(final)})
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{key[:_KEY_CHARS]}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent builder of this key waits here, then reuses
+        if _ready(final, key):
+            return env.model_copy(update={"path": str(final)})
+        # Same length as the final name, so rewriting the path never changes a shebang's form.
+        scratch = root / ("." + secrets.token_hex(4)[:5] + key[: _KEY_CHARS - 6])
+        try:
+            _build(env, key, scratch, final)
+            if final.exists():  # a stale or foreign directory under our key: never reused
+                shutil.rmtree(final)
+            os.replace(scratch, final)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return env.model_copy(update={"path": str(final)})
+
+
+# -- running a suite in one -------------------------------------------------------------------
+
+
+def suite_invocation(env: TaskEnvironment, repo: Path) -> tuple[list[str], dict[str, str]]:
+    """pytest arguments and environment variables that run ``repo``'s suite in ``env`` the way the
+    grader does: the import roots first on ``sys.path``, plugin autoload off, each declared plugin
+    loaded with ``-p``."""
+    args = [arg for plugin in env.plugins for arg in ("-p", plugin)]
+    roots = os.pathsep.join(str((repo / root).resolve()) for root in env.import_roots)
+    return args, {"PYTHONPATH": roots, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONNOUSERSITE": "1"}
+
+
+def run_suite(
+    repo: Path,
+    env: TaskEnvironment,
+    test_ids: list[str] | None = None,
+    *,
+    timeout: float = 300.0,
+    args: Sequence[str] = (),
+    memory_mb: int | None = None,
+) -> SuiteResult:
+    """Run ``repo``'s pytest suite (or ``test_ids``) from its root with ``env``'s interpreter, honouring
+    the project's own pytest configuration; per-test results from junit XML. ``memory_mb`` caps the
+    run's address space (a mutant's runaway allocation fails its run, not the machine)."""
+    plugin_args, variables = suite_invocation(env, repo)
+    python = environment_python(env)
+    with tempfile.TemporaryDirectory(prefix="lego-python-") as tmp:
+        if memory_mb:
+            wrapper = Path(tmp) / "python"
+            wrapper.write_text(f'#!/bin/sh\nulimit -v {memory_mb * 1024} 2>/dev/null\nexec "{python}" "$@"\n')
+            wrapper.chmod(0o755)
+            python = wrapper
+        return run_pytest(repo, test_ids, timeout, python=str(python), args=[*plugin_args, *args], env=variables)
