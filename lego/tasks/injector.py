@@ -28,7 +28,7 @@ from pathlib import Path
 
 from lego.tasks.diffs import file_diff, new_file_diff
 from lego.tasks.materialize import materialize_repo
-from lego.tasks.mutations import Mutation, find_mutations
+from lego.tasks.mutations import Mutation, find_mutations, interleave_kinds
 from lego.tasks.statements import problem_statement
 from lego.tasks.testrun import SuiteResult, copy_tree, run_pytest
 from lego.types import Task
@@ -101,24 +101,10 @@ def gold_baseline(lib: Library, runs: int = GOLD_RUNS) -> GoldBaseline:
 
 def ordered_mutations(lib: Library, seed: int) -> list[Mutation]:
     """All mutations of the library in a seeded order that cycles through the mutation kinds."""
-    by_kind: dict[str, list[Mutation]] = {}
+    found: list[Mutation] = []
     for rel in lib.source_files():
-        source = (lib.root / rel).read_text(encoding="utf-8")
-        for m in find_mutations(source, rel):
-            by_kind.setdefault(m.kind, []).append(m)
-    rng = random.Random(f"{seed}:{lib.name}")
-    queues = []
-    for kind in sorted(by_kind):
-        items = list(by_kind[kind])
-        rng.shuffle(items)
-        queues.append(items)
-    rng.shuffle(queues)
-    ordered: list[Mutation] = []
-    while any(queues):
-        for queue in queues:
-            if queue:
-                ordered.append(queue.pop(0))
-    return ordered
+        found += find_mutations((lib.root / rel).read_text(encoding="utf-8"), rel)
+    return interleave_kinds(found, random.Random(f"{seed}:{lib.name}"))
 
 
 def evaluate_mutant(lib: Library, mutation: Mutation, baseline: GoldBaseline) -> MutantOutcome:

@@ -19,14 +19,27 @@ Kinds (``Mutation.kind``):
     swapped_arguments   the first two positional arguments of a call exchanged
     wrong_function      ``min`` <-> ``max``
     dropped_negation    unary minus removed
+
+``extended=True`` (the real-project factory) adds the kinds SWE-smith's procedural recipe has beyond
+these, and skips ``if __name__ == "__main__"`` / ``if TYPE_CHECKING`` blocks, which no test runs.
+The built-in suites keep the set above, so their shipped instances still equal a rebuild:
+
+    swapped_operands    ``a - b`` -> ``b - a`` (``-``, ``/``, ``//``, ``%``, ``**``, ``<<``, ``>>``)
+    dropped_return      a ``return`` statement deleted (the function falls through)
+    dropped_loop        a ``for`` / ``while`` loop deleted
+    dropped_statement   also a call statement (``items.append(x)``) or an assignment to an
+                        attribute or to a name assigned elsewhere in the function
+    dropped_branch      also an ``if`` block (no ``else``) of several statements
+    early_return        a bare ``return`` inserted before a statement of a function's body
 """
 
 from __future__ import annotations
 
 import ast
+import random
 from dataclasses import dataclass
 
-__all__ = ["Mutation", "find_mutations"]
+__all__ = ["Mutation", "find_mutations", "interleave_kinds"]
 
 _COMPARE_SWAPS: dict[type[ast.cmpop], list[tuple[str, str, str]]] = {
     # op class -> [(original text, replacement text, kind)]
@@ -52,6 +65,8 @@ _BINOP_SWAPS: dict[type[ast.operator], list[tuple[str, str]]] = {
 }
 
 _SEPARATORS = set(" \t\n\\()")
+_NON_COMMUTATIVE = (ast.Sub, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.LShift, ast.RShift)
+_ATOMS = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Call, ast.List, ast.Tuple, ast.Dict, ast.Set)
 
 
 @dataclass(frozen=True)
@@ -71,7 +86,8 @@ class Mutation:
 
 
 class _Finder(ast.NodeVisitor):
-    def __init__(self, source: str, file: str) -> None:
+    def __init__(self, source: str, file: str, extended: bool = False) -> None:
+        self.extended = extended
         self.source = source
         self.file = file
         self.lines = source.splitlines(keepends=True)
@@ -83,6 +99,7 @@ class _Finder(ast.NodeVisitor):
         self.default_nodes: set[int] = set()
         self.docstrings: set[int] = set()
         self.scope: list[str] = []
+        self._assigned = []
 
     # -- positions -------------------------------------------------------------------------
     def offset(self, lineno: int, col: int) -> int:
@@ -135,9 +152,73 @@ class _Finder(ast.NodeVisitor):
                 self.default_nodes.add(id(default))
         self.function_depth += 1
         self.scope.append(node.name)
+        if self.extended:
+            self._early_returns(node)
+            self._assigned.append(self._assignment_counts(node))
         self.generic_visit(node)
+        if self.extended:
+            self._assigned.pop()
         self.scope.pop()
         self.function_depth -= 1
+
+    _assigned: list[dict[str, int]]
+
+    @staticmethod
+    def _assignment_counts(func: ast.FunctionDef) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for sub in ast.walk(func):
+            targets = (
+                sub.targets
+                if isinstance(sub, ast.Assign)
+                else [sub.target]
+                if isinstance(sub, ast.AugAssign | ast.AnnAssign | ast.For)
+                else []
+            )
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        counts[name.id] = counts.get(name.id, 0) + 1
+        return counts
+
+    def _early_returns(self, func: ast.FunctionDef) -> None:
+        body = func.body[1:] if id(getattr(func.body[0], "value", None)) in self.docstrings else func.body
+        for stmt in body[1:]:
+            line = self.lines[stmt.lineno - 1]
+            indent = line[: len(line) - len(line.lstrip())]
+            if self._alone_on_line(stmt) or stmt.lineno != stmt.end_lineno:
+                at = self.line_starts[stmt.lineno - 1]
+                self.add(at, at, f"{indent}return\n", "early_return")
+
+    def _drop_whole(self, node: ast.stmt, kind: str) -> None:
+        """Delete a statement that owns its lines (nothing else on its first or last line)."""
+        first, last = node.lineno, node.end_lineno or node.lineno
+        head = self.lines[first - 1][: self.offset(first, node.col_offset) - self.line_starts[first - 1]]
+        tail = self.lines[last - 1][self.offset(last, node.end_col_offset or 0) - self.line_starts[last - 1] :]
+        if not head.strip() and not tail.strip().startswith(tuple(";\\")) and not tail.split("#")[0].strip():
+            self.add(*self.whole_lines(first, last), "", kind)
+
+    def visit_Return(self, node: ast.Return) -> None:
+        if self.extended and self.function_depth:
+            self._drop_whole(node, "dropped_return")
+        self.generic_visit(node)
+
+    def visit_For(self, node: ast.For) -> None:
+        if self.extended and self.function_depth:
+            self._drop_whole(node, "dropped_loop")
+        self.generic_visit(node)
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        if self.extended and self.function_depth and isinstance(node.value, ast.Call):
+            self._drop_whole(node, "dropped_statement")
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if self.extended and self.function_depth and len(node.targets) == 1:
+            target = node.targets[0]
+            reassigned = isinstance(target, ast.Name) and self._assigned and self._assigned[-1].get(target.id, 0) > 1
+            if isinstance(target, ast.Attribute) or reassigned:
+                self._drop_whole(node, "dropped_statement")
+        self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -165,7 +246,25 @@ class _Finder(ast.NodeVisitor):
                 at = self.find_operator(node.left, node.right, original)
                 if at is not None:
                     self.add(at, at + len(original), replacement, "wrong_operator")
+            if self.extended and isinstance(node.op, _NON_COMMUTATIVE) and node.lineno == node.end_lineno:
+                self._swap_operands(node)
         self.generic_visit(node)
+
+    def _swap_operands(self, node: ast.BinOp) -> None:
+        left_start, left_end = self.span(node.left)
+        right_start, right_end = self.span(node.right)
+        if self.source[left_start:left_end] == self.source[right_start:right_end]:
+            return
+
+        def operand(side: ast.expr, text: str) -> str:
+            return text if isinstance(side, _ATOMS) else f"({text})"
+
+        left = operand(node.left, self.source[left_start:left_end])
+        right = operand(node.right, self.source[right_start:right_end])
+        start, end = self.span(node)
+        between = self.source[left_end:right_start]
+        if start == left_start and end == right_end:  # no parentheses of the operands' own inside the span
+            self.add(start, end, right + between + left, "swapped_operands")
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         for original, replacement in _BINOP_SWAPS.get(type(node.op), []):
@@ -218,7 +317,16 @@ class _Finder(ast.NodeVisitor):
         else:
             self.add(start, start, "not ", "negated_condition")
 
+    @staticmethod
+    def _never_tested(test: ast.expr) -> bool:
+        text = ast.dump(test)
+        return "TYPE_CHECKING" in text or ("'__name__'" in text and "'__main__'" in text)
+
     def visit_If(self, node: ast.If) -> None:
+        if self.extended and self._never_tested(node.test):
+            return
+        if self.extended and self.function_depth and not node.orelse and len(node.body) > 1:
+            self._drop_whole(node, "dropped_branch")
         self._negate(node.test)
         line = self.lines[node.lineno - 1].lstrip()
         is_elif = line.startswith("elif")
@@ -235,6 +343,8 @@ class _Finder(ast.NodeVisitor):
 
     def visit_While(self, node: ast.While) -> None:
         self._negate(node.test)
+        if self.extended and self.function_depth:
+            self._drop_whole(node, "dropped_loop")
         self.generic_visit(node)
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
@@ -264,10 +374,11 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def find_mutations(source: str, file: str) -> list[Mutation]:
-    """Every mutation of ``source`` that still compiles, in source order, without duplicates."""
+def find_mutations(source: str, file: str, extended: bool = False) -> list[Mutation]:
+    """Every mutation of ``source`` that still compiles, in source order, without duplicates
+    (``extended``: the further kinds of the module docstring)."""
     tree = ast.parse(source)
-    finder = _Finder(source, file)
+    finder = _Finder(source, file, extended)
     finder.visit(tree)
     seen: set[str] = set()
     out: list[Mutation] = []
@@ -282,3 +393,23 @@ def find_mutations(source: str, file: str) -> list[Mutation]:
         seen.add(mutated)
         out.append(mutation)
     return out
+
+
+def interleave_kinds(mutations: list[Mutation], rng: random.Random) -> list[Mutation]:
+    """``mutations`` in an order that cycles through their kinds (each kind's own order shuffled, the
+    kinds' order shuffled), so that the first mutations tried cover every kind."""
+    by_kind: dict[str, list[Mutation]] = {}
+    for m in mutations:
+        by_kind.setdefault(m.kind, []).append(m)
+    queues = []
+    for kind in sorted(by_kind):
+        items = list(by_kind[kind])
+        rng.shuffle(items)
+        queues.append(items)
+    rng.shuffle(queues)
+    ordered: list[Mutation] = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                ordered.append(queue.pop(0))
+    return ordered
