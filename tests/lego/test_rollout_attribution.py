@@ -178,3 +178,19 @@ def test_the_hack_scan_reads_every_generation_not_only_the_final_history(served:
     # two generations are never read as one text
     split = Trajectory(trajectory_id="t", session_id="s", messages=[], segments=[segment("echo git", "reflog")])
     assert scan_hack_signatures(runner.policy_texts(split)) == []
+
+
+def test_a_task_whose_tests_cannot_run_is_infrastructure_not_the_policys_zero(
+    served: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A real project's conftest imports a package its environment lacks: the right fix cannot pass, so
+    the trajectory is infrastructure (masked, counted), named with the grader's error, never reward 0."""
+    base = make_calc_task(tmp_path_factory.mktemp("broken"), instance_id="calc__broken_env")
+    conftest = "diff --git a/tests/conftest.py b/tests/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/conftest.py\n@@ -0,0 +1 @@\n+import hypothesis_not_installed\n"
+    broken = base.model_copy(update={"test_patch": base.test_patch + conftest})
+    traj = _play(served, broken, bash(FIX))
+    assert traj.cause == "infrastructure", _why(traj)
+    assert "cannot be graded" in traj.cause_detail + str(traj.metadata.get("error", "")), _why(traj)
+    # the same symptom caused by the agent's own diff is the policy's failure
+    traj = _play(served, base, bash(FIX + " && echo 'import hypothesis_not_installed' >> calc.py"))
+    assert traj.cause == "policy" and traj.reward == 0.0, _why(traj)
