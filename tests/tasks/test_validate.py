@@ -1,0 +1,137 @@
+"""`lego tasks validate` on the real grader (the host backend: `--no-sandbox`), its exit codes and
+reports, and a user's own repo (with its history) plus a test command as a task source."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lego.conductor.cli.tasks import tasks_group
+from lego.tasks.materialize import git_env
+from lego.tasks.sources import load_source
+
+BUGGY = "def area(w, h):\n    return w + h\n"
+FIXED = "def area(w, h):\n    return w * h\n"
+TESTS = "from shapes.size import area\n\n\ndef test_area():\n    assert area(2, 3) == 6\n\n\ndef test_square():\n    assert area(0, 0) == 0\n"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env=git_env(), check=True, capture_output=True, text=True).stdout
+
+
+def own_repo(root: Path) -> tuple[Path, str]:
+    """A project with history: the buggy commit, then the fix with its regression test (HEAD)."""
+    repo = root / "shapes-project"
+    (repo / "shapes").mkdir(parents=True)
+    (repo / "shapes" / "__init__.py").write_text("")
+    (repo / "shapes" / "size.py").write_text(BUGGY)
+    (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\npythonpath = ["."]\n')
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "area")
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "shapes" / "size.py").write_text(FIXED)
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_size.py").write_text(TESTS)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "fix area")
+    return repo, base
+
+
+def record(repo: Path, base: str, **extra: object) -> dict:
+    diff = _git(repo, "diff", base, "HEAD", "--", "shapes")
+    tests = _git(repo, "diff", base, "HEAD", "--", "tests")
+    return {
+        "instance_id": "me__shapes-1",
+        "repo": "me/shapes",
+        "repo_path": repo.name,
+        "base_commit": base,
+        "problem_statement": "area() adds the sides instead of multiplying them.",
+        "patch": diff,
+        "test_patch": tests,
+        "FAIL_TO_PASS": ["tests/test_size.py::test_area"],
+        "PASS_TO_PASS": ["tests/test_size.py::test_square"],
+        "test_cmd": "python -m pytest -q",
+        "split": "train",
+        **extra,
+    }
+
+
+def write_jsonl(path: Path, *records: dict) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_your_own_repo_at_its_base_commit_is_a_valid_task(tmp_path: Path, isolated_cache: Path):
+    """The record points at the working clone (HEAD has the fix and the tests) and names the buggy commit:
+    the task starts from that commit's tree, with no history holding the fix, and validates."""
+    repo, base = own_repo(tmp_path)
+    tasks = write_jsonl(tmp_path / "mine.jsonl", record(repo, base))
+    source = load_source(f"{tasks}:train")
+    task = source.materialize(source.get("me__shapes-1"))
+    checkout = Path(task.repo_path or "")
+    assert checkout != repo.resolve() and (checkout / "shapes" / "size.py").read_text() == BUGGY
+    assert not (checkout / "tests").exists() and _git(checkout, "rev-list", "--count", "HEAD").strip() == "1"
+    assert source.materialize(source.get("me__shapes-1")).repo_path == task.repo_path  # built once
+    out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox"])
+    assert out.exit_code == 0, out.output
+    assert "1/1 instances valid" in out.output
+
+
+def test_an_unknown_base_commit_fails_that_task_only(tmp_path: Path, isolated_cache: Path):
+    repo, base = own_repo(tmp_path)
+    bad = {**record(repo, base), "instance_id": "me__shapes-2", "base_commit": "0" * 40}
+    tasks = write_jsonl(tmp_path / "mine.jsonl", record(repo, base), bad)
+    out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox"])
+    assert out.exit_code == 1, out.output
+    assert f"me__shapes-2 [-]: TaskError: task me__shapes-2: base_commit {'0' * 40} is not a commit of" in out.output
+    assert "1/2 instances valid (1 failed)" in out.output
+
+
+def test_an_invalid_task_prints_the_graders_log(tmp_path: Path, isolated_cache: Path):
+    repo, base = own_repo(tmp_path)
+    wrong = record(repo, base)
+    wrong["patch"] = wrong["patch"].replace("w * h", "w - h")
+    tasks = write_jsonl(tmp_path / "mine.jsonl", wrong)
+    out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox"])
+    assert out.exit_code == 1, out.output
+    assert (
+        "FAIL me__shapes-1 [local]: gold: 1 test(s) not passing, e.g. tests/test_size.py::test_area (failed)"
+        in out.output
+    )
+    assert "--- gold grade ---" in out.output and "assert -1 == 6" in out.output  # pytest's own words
+
+
+def test_repeat_reports_consistency_and_the_flaky_rate(tmp_path: Path, isolated_cache: Path):
+    repo, base = own_repo(tmp_path)
+    tasks = write_jsonl(tmp_path / "mine.jsonl", record(repo, base))
+    out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox", "--repeat", "2"])
+    assert out.exit_code == 0, out.output
+    assert "me__shapes-1\tconsistent\tgold [1.0, 1.0]\tbase [0.0, 0.0]\tflaky 0/2" in out.output
+    assert "repeat 2: 1/1 tasks consistent; flaky tests 0/2 (0.0%)" in out.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nonsense"], "unknown task source 'nonsense'"),
+        (["builtin", "--no-sandbox", "--sandbox", "docker"], "cannot go with --sandbox docker"),
+        (["builtin", "--repeat", "0"], "Invalid value for '--repeat'"),
+        (["HARBOR", "--no-sandbox"], "runs on docker; unsafe_no_isolation is for the local backend only"),
+    ],
+)
+def test_usage_errors_exit_2_before_any_grading(tmp_path: Path, args: list[str], message: str):
+    harbor = tmp_path / "harbor" / "t"
+    (harbor / "tests").mkdir(parents=True)
+    (harbor / "task.toml").write_text('version = "1.0"\n')
+    (harbor / "instruction.md").write_text("do it\n")
+    (harbor / "tests" / "test.sh").write_text("exit 1\n")
+    (harbor / "environment").mkdir()
+    (harbor / "environment" / "Dockerfile").write_text("FROM scratch\nWORKDIR /app\n")
+    out = CliRunner().invoke(tasks_group, ["validate", *[str(harbor) if a == "HARBOR" else a for a in args]])
+    assert out.exit_code == 2, out.output
+    assert message in out.output
