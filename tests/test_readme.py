@@ -47,6 +47,11 @@ CLAIMS: dict[str, list[str]] = {
     ],
     "lego config show -o training.steps=3": [r"(?m)^\[training\]$", r"(?m)^steps = 3$"],
     "lego tasks list builtin:heldout": [r"(?m)^lego-builtin__\S+\theldout\t"],
+    "lego tasks export --format harbor starter:heldout --limit 2 --out harbor-tasks && lego tasks list harbor-tasks": [
+        r"(?m)^2 harbor task\(s\) written to harbor-tasks$",
+        r"(?m)^lego__lego-starter__heldout-0001\theldout\tlego/lego-starter__heldout-0001\t",
+        r"(?m)^lego__lego-starter__heldout-0002\theldout\t",
+    ],
     "lego harness install mini-swe-agent": [r"mini-swe-agent"],
     "lego run --harness lego-agent --engine oracle --task lego-builtin__roman-0001": [
         r"(?m)^reward      1\.0$",
