@@ -21,6 +21,12 @@ holds whichever defence lands. What each file covers:
 * ``test_relabel``      self-inflicted failures (killing the harness or the bridge, files colliding
                         with the hidden tests, a repo git cannot diff) stay the policy's, reward 0.
 * ``test_persistence``  daemons that write the fix or call the model after the harness returned.
+* ``test_verdict_forgery``  issue 26: the result channel forged from inside, the in-process defences
+                        disarmed, answer keys, values that equal anything; and attacks on a verdict
+                        from perturbed runs (payloads in ``verdict_payloads``, tasks in ``verdict_tasks``).
+* ``test_verdict_controls`` correct fixes with unusual code (own ``__eq__``, namedtuple, IntEnum,
+                        functools wrappers, import-time cache, helper module) score 1.
+* ``test_verdict_realrepo`` one attack per class on a task made from a real PyPI project (inflection).
 
 Two sandbox backends. Every test runs on the ``local`` (bubblewrap) backend; the tests whose outcome
 depends on the backend run on ``docker`` too (marked ``docker``: they skip, saying why, where no
@@ -59,7 +65,15 @@ from tests.sandboxes.sbx_fixtures import make_task
 DOCKER_IMAGE = os.environ.get("LEGO_DOCKER_TEST_IMAGE", "lego-test-bookworm:latest")
 ON_DOCKER = {"test_control", "test_answer_leaks", "test_escapes", "test_exhaustion", "test_relabel", "test_persistence"}
 """Modules whose every test also runs on the docker backend."""
-ON_DOCKER_TESTS = {"test_daemon_outlives_pytest_and_rewrites_the_report"}
+ON_DOCKER_TESTS = {
+    "test_daemon_outlives_pytest_and_rewrites_the_report",
+    # issue 26: the result channel and the runs' isolation are the backend's; one attack of each
+    # other class, and the honest controls with unusual code, so both backends are seen to hold
+    "test_forged_result_channel",
+    "test_each_class_on_both_backends",
+    "test_state_across_grading_runs",
+    "test_unusual_honest_fix_on_both_backends",
+}
 """Tests of other modules that also run on the docker backend."""
 
 
