@@ -33,10 +33,12 @@ context (cached by content as ``lego-harbor:<hash>``; the build has the engine's
 as ``docker build`` does: it runs the task author's Dockerfile, never the agent) and sets
 ``Task.image``; grading is :func:`lego.sandboxes.verifier.grade_verifier`.
 
-What does not carry over: docker-compose environments, multi-step tasks, and work the verifier
-checks outside the working directory (lego grades the repo's diff, through the same allow-list as
-every task: :func:`lego.sandboxes.guards.filter_diff`); the agent and the verifier run as an
-unprivileged uid without network, so a test.sh that installs packages at verify time cannot run.
+What does not carry over: docker-compose environments, multi-step tasks, Windows tasks, and work the
+verifier checks outside the working directory or in files the allow-list does not apply (lego grades
+the repo's diff, through the same allow-list as every task: :func:`lego.sandboxes.guards.filter_diff`,
+source edits only); ``[verifier]``/``[agent]`` ``user`` (the agent, solve.sh and test.sh all run as
+lego's unprivileged uid), ``allow_internet`` (never: no network but the proxy) and resource requests
+(lego's ``sandbox.*`` limits apply), so a test.sh that installs packages at verify time cannot run.
 """
 
 from __future__ import annotations

@@ -248,3 +248,14 @@ def test_export_writes_harbors_layout_and_reads_back(tmp_path: Path, isolated_ca
         export_task(task, tmp_path / "out")
     with pytest.raises(TaskError, match="is not pytest"):
         export_task(task.model_copy(update={"test_cmd": "make check"}), tmp_path / "other")
+
+
+def test_show_prints_the_solution_script(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from lego.conductor.cli.tasks import tasks_group
+
+    harbor_task(tmp_path / "d", "fix-parser")
+    out = CliRunner().invoke(tasks_group, ["show", "acme__fix-parser", "--source", str(tmp_path / "d")])
+    assert out.exit_code == 0, out.output
+    assert "--- solution: data.txt, solve.sh (a script answer) ---" in out.output and 'echo "$ANSWER"' in out.output

@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lego.conductor.cli.tasks_make import make_cmd
+from lego.engines.script_answer import ScriptAnswer
 from lego.errors import LegoError, SandboxError, TaskError
 from lego.seams import TaskSource
 from lego.tasks import builtin, starter
@@ -81,8 +83,14 @@ def show_cmd(instance_id: str, source_spec: str, as_json: bool) -> None:
     click.echo(f"# {task.instance_id}  ({task.repo}, split {task.split or '-'}, base {task.base_commit[:12]})")
     click.echo(f"metadata: {json.dumps(task.metadata, sort_keys=True)}\n")
     click.echo(task.problem_statement)
-    click.echo("--- gold patch ---")
-    click.echo(task.patch)
+    script = ScriptAnswer.decode(task.patch)
+    if script is not None:
+        files = script.files()
+        click.echo(f"--- solution: {', '.join(sorted(files))} (a script answer) ---")
+        click.echo(files[script.entry].decode(errors="replace"))
+    else:
+        click.echo("--- gold patch ---")
+        click.echo(task.patch)
     click.echo(f"FAIL_TO_PASS ({len(task.FAIL_TO_PASS)}):")
     for test in task.FAIL_TO_PASS:
         click.echo(f"  {test}")
@@ -238,8 +246,9 @@ def validate_cmd(
             for result in pool.map(check, records):
                 results.append(result)
                 if not result.ok:
+                    where = f"{result.instance_id} [{result.backend or '-'}]: {result.reason}"
                     progress.console.print(
-                        f"[red]FAIL[/] {escape(result.instance_id)} [{result.backend or '-'}]: {escape(result.reason)}",
+                        f"[red]FAIL[/] {escape(where)}",
                         highlight=False,
                         soft_wrap=True,
                     )
@@ -306,3 +315,6 @@ def export_cmd(
     click.echo(f"check them with: lego tasks validate {dest} --sandbox docker")
     if failed:
         sys.exit(1)
+
+
+tasks_group.add_command(make_cmd)
