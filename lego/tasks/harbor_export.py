@@ -236,6 +236,7 @@ def export_task(task: Task, out: Path, *, base_image: str = DEFAULT_BASE_IMAGE) 
     final = out / task.instance_id
     if final.exists():
         raise TaskError(f"{final} exists; export into an empty directory")
+    out.mkdir(parents=True, exist_ok=True)
     d = Path(tempfile.mkdtemp(prefix=f".{task.instance_id}.", dir=out))
     try:
         if task.repo_path:
