@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from lego.conductor.cli.main import cli
 from lego.conductor.cli.tasks import tasks_group
 from lego.config import SandboxConfig
 from lego.engines.oracle import plan_reply
@@ -298,3 +299,32 @@ def test_validate_picks_docker_for_an_image_task(swe_task: tuple[Path, Task]):
     out = CliRunner().invoke(tasks_group, ["validate", str(jsonl)])
     assert out.exit_code == 0, out.output
     assert "1/1 instances valid" in out.output
+
+
+# ---------------------------------------------------------------- `lego run`: the oracle through lego-agent
+
+
+def _lego_run(model: Path, tmp_path: Path, tasks: Path, task_id: str) -> dict[str, str]:
+    args = ["run", "--engine", "oracle", "--model", str(model), "--tasks", str(tasks), "--task", task_id]
+    args += ["--max-turns", "6", "--timeout", "300", "--out", str(tmp_path / "t.json"), "-o", "sandbox.kind=docker"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    return {ln.split(maxsplit=1)[0]: ln.split(maxsplit=1)[1] for ln in res.output.splitlines() if " " in ln.strip()}
+
+
+def test_lego_run_plays_the_gold_patch_at_testbed(swe_task: tuple[Path, Task], tiny_model_dir: Path, tmp_path: Path):
+    jsonl, task = swe_task
+    lines = _lego_run(tiny_model_dir, tmp_path, jsonl, task.instance_id)
+    assert lines["termination"] == "completed (policy: the harness finished; the diff was graded)", lines
+    assert lines["reward"] == "1.0" and lines["tests"] == "16/16 passed", lines
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="lego.sandboxes.grading.grade does not yet dispatch Harbor tasks to verifier.grade_verifier (the lead's "
+    "one line in grading.py); remove this marker with it",
+)
+def test_lego_run_plays_solve_sh_in_a_harbor_task(exported: tuple[Path, Task], tiny_model_dir: Path, tmp_path: Path):
+    out, task = exported
+    lines = _lego_run(tiny_model_dir, tmp_path, out, task.instance_id)
+    assert lines["reward"] == "1.0" and lines["tests"] == "1/1 passed", lines
