@@ -29,8 +29,7 @@ one (lego diffs the agent's work against it, and grades that diff), and creates 
 directory, the timeouts and the verifier's environment; ``patch`` is the solution directory as a
 script answer (:mod:`lego.engines.script_answer`), which the oracle plays and the grader's gold
 check runs. :meth:`HarborSource.materialize` builds the image from the whole ``environment/``
-context (cached by content as ``lego-harbor:<hash>``; the build has the engine's default network,
-as ``docker build`` does: it runs the task author's Dockerfile, never the agent) and sets
+context (:mod:`lego.tasks.harbor_image`: cached by content as ``lego-harbor:<hash>``) and sets
 ``Task.image``; grading is :func:`lego.sandboxes.verifier.grade_verifier`.
 
 What does not carry over: docker-compose environments, multi-step tasks, Windows tasks, and work the
@@ -43,12 +42,9 @@ lego's unprivileged uid), ``allow_internet`` (never: no network but the proxy) a
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
 import re
-import tarfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -57,7 +53,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lego.engines.script_answer import ScriptAnswer
-from lego.errors import SandboxError, TaskError
+from lego.errors import TaskError
+from lego.tasks.harbor_image import build_image
 from lego.types import Task
 
 __all__ = [
@@ -360,55 +357,3 @@ class HarborSource:
             if task.instance_id == instance_id:
                 return self.materialize(task)
         raise TaskError(f"no Harbor task {instance_id!r} in {self.path}; list them with `lego tasks list {self.path}`")
-
-
-def _context_tar(task: Task) -> tuple[bytes, str]:
-    """The build context (environment/ with lego's Dockerfile) as a tar, and its content hash."""
-    env_dir = Path(task.metadata["harbor"]["task_dir"]) / "environment"
-    buf = io.BytesIO()
-    digest = hashlib.sha256()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        files = sorted(p for p in env_dir.rglob("*") if p.is_file()) if env_dir.is_dir() else []
-        for p in files:
-            rel = p.relative_to(env_dir).as_posix()
-            if rel == "Dockerfile":
-                continue
-            data = p.read_bytes()
-            digest.update(f"{rel}\0{p.stat().st_mode & 0o111}\0{len(data)}\0".encode() + data)
-            info = tarfile.TarInfo(rel)
-            info.size, info.mode, info.mtime = len(data), p.stat().st_mode & 0o777, 0
-            tar.addfile(info, io.BytesIO(data))
-        dockerfile = (task.dockerfile or "").encode()
-        digest.update(b"Dockerfile\0" + dockerfile)
-        info = tarfile.TarInfo("Dockerfile")
-        info.size, info.mode = len(dockerfile), 0o644
-        tar.addfile(info, io.BytesIO(dockerfile))
-    return buf.getvalue(), digest.hexdigest()[:16]
-
-
-def build_image(task: Task, client: Any = None) -> tuple[str, str]:
-    """``(image, working directory)`` of a Harbor task, built once per content (see the module doc)."""
-    from lego.sandboxes.docker_engine import docker_client
-
-    client = client or docker_client()
-    context, digest = _context_tar(task)
-    tag = f"lego-harbor:{digest}"
-    if not client.images.list(name=tag):
-        timeout = float(task.metadata["harbor"].get("build_timeout_sec", 600.0))
-        try:
-            client.images.build(
-                fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True, forcerm=True, timeout=timeout
-            )
-        except Exception as exc:
-            lines = [str(c.get("stream", "")) for c in getattr(exc, "build_log", None) or [] if isinstance(c, dict)]
-            tail = "".join(lines)[-2000:]
-            raise SandboxError(
-                f"building the image of Harbor task {task.instance_id} failed: {exc}\n{tail}".rstrip()
-            ) from exc
-    workdir = str(client.images.get(tag).attrs.get("Config", {}).get("WorkingDir") or "")
-    if workdir in ("", "/"):
-        raise TaskError(
-            f"Harbor task {task.instance_id}: its image has no working directory; add a WORKDIR (the directory the "
-            "agent works in) to environment/Dockerfile"
-        )
-    return tag, workdir
