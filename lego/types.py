@@ -26,8 +26,10 @@ __all__ = [
     "HarnessResult",
     "MainThreadSpec",
     "RequestContext",
+    "SamplingOverride",
     "SamplingParams",
     "Segment",
+    "SessionSpec",
     "SideThread",
     "StepMetrics",
     "Task",
@@ -137,6 +139,11 @@ class SamplingParams(BaseModel):
     max_tokens: int = Field(256, ge=1)
     stop_token_ids: list[int] = Field(default_factory=list)
     seed: int | None = None
+    guided_regex: str | None = Field(
+        None,
+        description="Guided decoding: the generated text must match this regex in full and ends when it does "
+        "(the dialect of lego.models.tool_grammar; a forced tool call's arguments and closing). None: unconstrained.",
+    )
 
 
 class Generation(BaseModel):
@@ -154,6 +161,9 @@ class Generation(BaseModel):
     policy_version: int = 0
     prompt_tokens: int = 0
     engine_time_s: float = 0.0
+    constrained: bool = False
+    """Drawn under ``SamplingParams.guided_regex``: from the policy's distribution restricted by the
+    constraint, not from the policy's own -- recorded, flagged, never trained on."""
 
     @model_validator(mode="after")
     def _lengths(self) -> Generation:
@@ -169,6 +179,11 @@ class Segment(BaseModel):
     it: sampled tokens (mask 1, with the engine's logprob and the policy version that sampled them)
     and the tool results, observations and template tokens in between (mask 0, logprob and version
     ``None``: no logprob is ever invented for a token the policy did not sample).
+
+    ``constrained_spans`` are ``[start, end)`` ranges of ``response_ids`` drawn under a decoding
+    constraint (a forced tool call's arguments: :attr:`Generation.constrained`). Their distribution
+    is the constrained one, not the policy's, so they carry mask 0 -- the loss and the fidelity
+    metrics never see them -- and keep the engine's logprob and version for inspection.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -178,6 +193,7 @@ class Segment(BaseModel):
     response_mask: list[int] = Field(default_factory=list)
     response_logprobs: list[float | None] = Field(default_factory=list)
     response_versions: list[int | None] = Field(default_factory=list)
+    constrained_spans: list[tuple[int, int]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _parallel(self) -> Segment:
@@ -190,6 +206,9 @@ class Segment(BaseModel):
                 raise ValueError(f"response_mask[{i}]={m}; must be 0 or 1")
             if m == 1 and lp is None:
                 raise ValueError(f"response token {i} is marked sampled but has no logprob")
+        for start, end in self.constrained_spans:
+            if not 0 <= start < end <= n or any(self.response_mask[start:end]):
+                raise ValueError(f"constrained span [{start}, {end}) must lie in the response and have mask 0")
         return self
 
     @property
@@ -355,6 +374,38 @@ class Endpoint(BaseModel):
     api_key: str = "lego-local"
     model: str = "lego-policy"
     session_id: str = "default"
+
+
+class SamplingOverride(BaseModel):
+    """A session that samples at ``temperature`` with no top-p/top-k truncation whatever the harness
+    asks (training needs it: truncation biases the importance ratio; eval uses it so every harness
+    samples alike). The proxy says so in the ``x-lego-sampling-override`` response header."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(ge=0.0)
+
+
+class SessionSpec(BaseModel):
+    """Everything a rollout tells the proxy about its session, as one record that every hop (rollout
+    runner → ProxyServer → ProxyService → Session, or the control face's ``POST /s/{id}`` body) passes on
+    unchanged, so a value dropped on the way is a type error rather than a silent default.
+
+    ``seed``: with the session's generation index it seeds every sampling of the session (and the
+    harness's own request ``seed``, when it sends one, is mixed in), so a rollout's tokens do not
+    depend on what else the engine serves. ``max_turns``: main-thread turns before the session answers
+    400; ``max_generations``: generations on every thread together. ``answer``: the task's gold patch,
+    only for an engine that takes it (the oracle); never exported."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sampling_override: SamplingOverride | None = None
+    seed: int | None = None
+    max_turns: int | None = Field(None, ge=1)
+    max_generations: int | None = Field(None, ge=1)
+    main_thread: MainThreadSpec | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    answer: str | None = Field(None, repr=False)
 
 
 class RequestContext(BaseModel):

@@ -22,7 +22,7 @@ from lego.sandboxes.grading import grade
 from lego.seams import Harness
 from lego.types import GradeResult, HarnessLimits, HarnessResult, Task, TerminationLabel
 
-__all__ = ["LOG_CHARS", "DriveOutcome", "RolloutOptions", "describe_error", "drive_and_grade"]
+__all__ = ["LOG_CHARS", "DriveJob", "DriveOutcome", "RolloutOptions", "describe_error", "drive_and_grade"]
 
 LOG_CHARS = 2000
 
@@ -33,13 +33,31 @@ class RolloutOptions:
 
     ``override_sampling``: the proxy samples at ``temperature`` with no top-p/top-k truncation, whatever
     the harness asks (as training needs, and as eval uses so every harness samples alike); False lets
-    the harness choose. ``seed`` makes the session's sampling reproducible."""
+    the harness choose. ``seed`` seeds every generation of the session with its index
+    (:func:`lego.proxies.sampling.generation_seed`), so the rollout's tokens do not depend on what else
+    the engine serves."""
 
     override_sampling: bool = True
     temperature: float = 1.0
     seed: int = 0
     max_turns: int = 30
     timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class DriveJob:
+    """One rollout's drive as a record that crosses every hop unchanged (the runner, a Ray task, the
+    worker): the run's config, the task, the harness by name, the proxy session and its model-face
+    token, the rollout's options and the serving proxy's config. Picklable; what is local to where it
+    runs (the harness adapter, the socket the sandbox binds) is passed beside it."""
+
+    cfg: LegoConfig
+    task: Task
+    harness_name: str
+    session_id: str
+    token: str
+    opts: RolloutOptions
+    proxy_cfg: ProxyConfig
 
 
 @dataclass
@@ -71,27 +89,18 @@ class DriveOutcome:
         return cls(result, None, history_ok, error[-LOG_CHARS:], stage=stage)
 
 
-def drive_and_grade(
-    cfg: LegoConfig,
-    task: Task,
-    harness: Harness,
-    sid: str,
-    token: str,
-    opts: RolloutOptions,
-    *,
-    proxy_uds: Path,
-    proxy_cfg: ProxyConfig,
-) -> DriveOutcome:
-    """Sandbox → prepare → run → kill the agent's processes → diff → grade, for the proxy session ``sid``
-    reached at ``proxy_uds`` (the model face, or a forwarder to it) with its token ``token``.
+def drive_and_grade(job: DriveJob, harness: Harness, *, proxy_uds: Path) -> DriveOutcome:
+    """Sandbox → prepare → run → kill the agent's processes → diff → grade, for ``job``'s proxy session
+    reached at ``proxy_uds`` (the model face, or a forwarder to it) with ``harness`` (``job.harness_name``'s
+    adapter).
 
     The half of a rollout that needs a sandbox; both backends run it (the threads backend in-process,
     the Ray backend on a worker, with ``proxy_uds`` a local forwarder to the driver's proxy). Every diff
     that was taken is graded: whether the grade counts is decided where the proxy lives
     (:meth:`lego.conductor.rollout.RolloutRunner.finish`). When grading fails, the pristine repo is graded too, so the
-    verdict can tell a broken task from a diff that breaks the grader. ``proxy_cfg`` is the serving
-    proxy's config (model name, API key for the harness's endpoint)."""
-    outcome = _drive(cfg, task, harness, sid, token, opts, proxy_uds, proxy_cfg)
+    verdict can tell a broken task from a diff that breaks the grader."""
+    cfg, task = job.cfg, job.task
+    outcome = _drive(job, harness, proxy_uds)
     outcome.harness_version = _safe_version(harness)
     if outcome.diff is not None:
         t_grade = time.monotonic()
@@ -113,20 +122,13 @@ def _pristine_grades(task: Task, cfg: LegoConfig) -> bool:
     return True
 
 
-def _drive(
-    cfg: LegoConfig,
-    task: Task,
-    harness: Harness,
-    sid: str,
-    token: str,
-    opts: RolloutOptions,
-    proxy_uds: Path,
-    proxy_cfg: ProxyConfig,
-) -> DriveOutcome:
+def _drive(job: DriveJob, harness: Harness, proxy_uds: Path) -> DriveOutcome:
     """Sandbox → prepare → run → kill → diff; each failure is recorded with its stage, never raised.
 
     From the harness's launch on, the agent's commands can break anything in the sandbox, so every
     exception there is caught and attributed later (:func:`lego.conductor.verdict.attribute`)."""
+    cfg, task, opts, proxy_cfg = job.cfg, job.task, job.opts, job.proxy_cfg
+    sid, token = job.session_id, job.token
     ro_binds = harness.ro_binds()
     # Bun-built harnesses reserve GBs of address space at start and die at random under less
     memory_mb = max(cfg.sandbox.memory_mb, harness.min_memory_mb)

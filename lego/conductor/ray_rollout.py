@@ -40,8 +40,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lego.conductor.rollout import DriveOutcome, RolloutOptions, RolloutRunner, crashed_trajectory, drive_and_grade
-from lego.config import LegoConfig, ProxyConfig
+from lego.conductor.rollout import (
+    DriveJob,
+    DriveOutcome,
+    RolloutOptions,
+    RolloutRunner,
+    crashed_trajectory,
+    drive_and_grade,
+)
+from lego.config import LegoConfig
 from lego.errors import ConfigError
 from lego.proxies.server import is_loopback
 from lego.types import Task, Trajectory
@@ -116,7 +123,6 @@ class RayRolloutRunner:
         ray = _import_ray()
         runner, proxy = self.runner, self.runner.policy.proxy
         out: list[Trajectory | None] = [None] * len(jobs)
-        cfg_ref = ray.put(self.cfg)
         pending: dict[Any, tuple[int, str, float]] = {}  # object ref -> (job index, session id, t0)
 
         def record(i: int, traj: Trajectory) -> None:
@@ -141,7 +147,8 @@ class RayRolloutRunner:
                     except Exception as exc:  # as the threads backend: a bug below must not kill the batch
                         record(i, crashed(i, exc))
                         continue
-                    ref = self._task.remote(cfg_ref, task, harness, sid, token, opts, self.proxy_addr, proxy.config)
+                    job = DriveJob(self.cfg, task, harness, sid, token, opts, proxy.config)
+                    ref = self._task.remote(job, self.proxy_addr)
                     pending[ref] = (i, sid, t0)
                 if not pending:
                     continue
@@ -163,18 +170,9 @@ class RayRolloutRunner:
         return [t for t in out if t is not None]
 
 
-def run_rollout_task(
-    cfg: LegoConfig,
-    task: Task,
-    harness_name: str,
-    sid: str,
-    token: str,
-    opts: RolloutOptions,
-    proxy_addr: tuple[str, int],
-    proxy_cfg: ProxyConfig,
-) -> DriveOutcome:
+def run_rollout_task(job: DriveJob, proxy_addr: tuple[str, int]) -> DriveOutcome:
     """The body of one Ray task: bridge the driver's model face into a local Unix socket, then drive and
-    grade session ``sid`` with its token ``token`` (the only key the worker's sandbox is given).
+    grade ``job``'s session with its token (the only key the worker's sandbox is given).
 
     A forwarder that cannot start is an ``env_error`` outcome, like a sandbox that cannot be built."""
     from lego.harnesses.base import get_harness
@@ -186,8 +184,8 @@ def run_rollout_task(
         except ConfigError as exc:  # no bridge to the proxy: the sandbox cannot be set up, before the agent exists
             return DriveOutcome.failed("sandbox", f"{type(exc).__name__}: {exc}")
         try:
-            harness = get_harness(harness_name, **cfg.harness.options_for(harness_name))
-            return drive_and_grade(cfg, task, harness, sid, token, opts, proxy_uds=sock, proxy_cfg=proxy_cfg)
+            harness = get_harness(job.harness_name, **job.cfg.harness.options_for(job.harness_name))
+            return drive_and_grade(job, harness, proxy_uds=sock)
         finally:
             forwarder.terminate()
             try:

@@ -32,19 +32,20 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from lego.conductor.drive import DriveOutcome, RolloutOptions, describe_error, drive_and_grade
+from lego.conductor.drive import DriveJob, DriveOutcome, RolloutOptions, describe_error, drive_and_grade
 from lego.conductor.served_policy import ServedPolicy
 from lego.conductor.verdict import attribute, zeroing_reasons
 from lego.config import LegoConfig
 from lego.harnesses.base import get_harness
 from lego.sandboxes.guards import agent_texts, guard_flags
 from lego.seams import Harness
-from lego.types import Task, TerminationLabel, Trajectory
+from lego.types import SamplingOverride, SessionSpec, Task, TerminationLabel, Trajectory
 
-# DriveOutcome, RolloutOptions, drive_and_grade and ServedPolicy are named here too: a rollout's callers
+# DriveJob, DriveOutcome, RolloutOptions, drive_and_grade and ServedPolicy are named here too: a rollout's callers
 # (the loop, the Ray backend, the CLI) get everything one rollout takes from this one module.
 __all__ = [
     "SIDE_CALLS_PER_TURN",
+    "DriveJob",
     "DriveOutcome",
     "RolloutOptions",
     "RolloutRunner",
@@ -88,9 +89,8 @@ class RolloutRunner:
         proxy = self.policy.proxy
         try:
             harness = self.harness(harness_name)
-            outcome = drive_and_grade(
-                self.cfg, task, harness, sid, token, opts, proxy_uds=self.policy.model_uds, proxy_cfg=proxy.config
-            )
+            job = DriveJob(self.cfg, task, harness_name, sid, token, opts, proxy.config)
+            outcome = drive_and_grade(job, harness, proxy_uds=self.policy.model_uds)
             return self.finish(sid, harness_name, outcome, t0)
         finally:
             proxy.close_session(sid)
@@ -102,18 +102,18 @@ class RolloutRunner:
         The gold patch enters the session only when the engine plays the answer (the oracle)."""
         sid = f"{slug(task.instance_id)}-{uuid.uuid4().hex[:10]}"
         proxy = self.policy.proxy
-        token = proxy.open_session(
-            sid,
-            metadata={"task_id": task.instance_id, "harness": harness_name, "seed": opts.seed},
-            answer=task.patch if proxy.takes_answer else None,
-            training=opts.override_sampling,
-            temperature=opts.temperature,
+        spec = SessionSpec(
+            sampling_override=SamplingOverride(temperature=opts.temperature) if opts.override_sampling else None,
+            seed=opts.seed,
             max_turns=opts.max_turns,
             # Every thread together: the harness's side calls (titles, quota probes, subagents) fit in
             # this many per main turn, and a flood of new threads from the agent stops here.
             max_generations=opts.max_turns * SIDE_CALLS_PER_TURN,
             main_thread=self.harness(harness_name).main_thread,
+            metadata={"task_id": task.instance_id, "harness": harness_name, "seed": opts.seed},
+            answer=task.patch if proxy.takes_answer else None,
         )
+        token = proxy.open_session(sid, spec)
         return sid, token
 
     def finish(self, sid: str, harness_name: str, outcome: DriveOutcome, t0: float) -> Trajectory:

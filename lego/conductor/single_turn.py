@@ -43,7 +43,7 @@ from lego.conductor.weight_sync import InProcessCopy
 from lego.engines.base import Engine
 from lego.errors import EngineError
 from lego.proxies.server import ProxyServer
-from lego.types import Trajectory
+from lego.types import SamplingOverride, SessionSpec, Trajectory
 
 __all__ = ["RewardFn", "SingleTurnLoop", "SingleTurnStep"]
 
@@ -151,9 +151,11 @@ class SingleTurnLoop:
         for p, messages in enumerate(prompts):
             for g in range(self.group_size):
                 sid = f"single-turn-{step}-{p}-{g}"
-                self.server.open_session(
-                    sid, metadata={"task_id": f"prompt-{p}"}, training=True, temperature=self.temperature
+                spec = SessionSpec(
+                    sampling_override=SamplingOverride(temperature=self.temperature),
+                    metadata={"task_id": f"prompt-{p}"},
                 )
+                self.server.open_session(sid, spec)
                 sessions.append((sid, list(messages), (step * len(prompts) + p) * self.group_size + g))
         try:
             texts = self._runner.run(self._rollouts(sessions))

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -51,21 +50,9 @@ from lego.proxies.errors import Api, ApiError, error_body
 from lego.proxies.response_store import ResponseStore
 from lego.proxies.routing import Face, FaceRouting, error_response
 from lego.proxies.service import ChatResult, ProxyService
+from lego.types import SessionSpec
 
 __all__ = ["Face", "build_app"]
-
-
-class OpenSessionRequest(BaseModel):
-    """``POST /s/{session}`` on the control face: what :meth:`ProxyService.open_session` takes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    answer: str | None = None
-    training: bool = False
-    temperature: float | None = None
-    max_turns: int | None = Field(None, ge=1)
-    max_generations: int | None = Field(None, ge=1)
 
 
 def build_app(service: ProxyService, face: Face = "control") -> Starlette:
@@ -217,9 +204,9 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
 
     async def open_session(request: Request) -> Response:
         sid = named_session(request)
-        opts = parse(OpenSessionRequest, await read_json(request))
+        opts = parse(SessionSpec, await read_json(request))
         try:
-            s = service.open_session(sid, **opts.model_dump())
+            s = service.open_session(sid, opts)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from exc
         return JSONResponse({"session_id": s.id, "token": s.token})

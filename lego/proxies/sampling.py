@@ -6,13 +6,15 @@ the engine's.
 
 from __future__ import annotations
 
+import hashlib
+
 from lego.config import ProxyConfig
 from lego.errors import ContextOverflowError
 from lego.proxies.canonical import ChatFormatLike, ChatRequest
 from lego.proxies.sessions import Session
 from lego.types import Generation, SamplingParams
 
-__all__ = ["apply_stop", "sampling_params", "token_logprobs"]
+__all__ = ["apply_stop", "generation_seed", "sampling_params", "token_logprobs"]
 
 
 def sampling_params(
@@ -22,7 +24,8 @@ def sampling_params(
 
     ``max_tokens`` is fitted into the context ``window`` (no room at all: :class:`ContextOverflowError`)
     and under ``config.max_tokens_cap``. A training session samples at the run's temperature with
-    top_p/top_k off, whatever the request asked: the trainer's importance ratios assume it."""
+    top_p/top_k off, whatever the request asked: the trainer's importance ratios assume it. The seed is
+    :func:`generation_seed`'s."""
     room = window - prompt_len
     if room < 1:
         raise ContextOverflowError(prompt_len, req.max_tokens or 1, window)
@@ -30,20 +33,32 @@ def sampling_params(
     if config.max_tokens_cap is not None:
         max_tokens = min(max_tokens, config.max_tokens_cap)
     headers: dict[str, str] = {}
-    if s.training:
-        temperature = float(s.temperature if s.temperature is not None else 1.0)
+    seed = generation_seed(s.spec.seed, s.generations_started, req.seed)
+    override = s.spec.sampling_override
+    if override is not None:
+        temperature = float(override.temperature)
         headers["x-lego-sampling-override"] = f"temperature={temperature};top_p=1.0;top_k=0"
         params = SamplingParams(
-            temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+            temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, stop_token_ids=eos, seed=seed
         )
         return params, headers
     temperature = 1.0 if req.temperature is None else float(req.temperature)
     top_p = 1.0 if req.top_p is None else float(req.top_p)
     top_k = req.top_k or 0
     params = SamplingParams(
-        temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, stop_token_ids=eos, seed=req.seed
+        temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, stop_token_ids=eos, seed=seed
     )
     return params, headers
+
+
+def generation_seed(session_seed: int | None, index: int, request_seed: int | None) -> int | None:
+    """The seed of a session's ``index``-th generation: a function of the session's seed, the index and
+    the harness's own request seed (when it sends one), so a rollout samples the same tokens whatever
+    else the engine serves meanwhile. Without a session seed the request's own (or None: the engine's)."""
+    if session_seed is None:
+        return request_seed
+    digest = hashlib.blake2b(f"{session_seed}:{index}:{request_seed}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 def apply_stop(chat: ChatFormatLike, gen: Generation, stops: list[str]) -> tuple[Generation, str | None]:

@@ -2,8 +2,9 @@
 
     server = ProxyServer(engine, chat_format, ProxyConfig(uds="/tmp/lego/control.sock"))
     server.start()                      # uvicorn in a background thread; returns once bound
-    token = server.open_session("rollout-7", metadata={"task_id": ...}, training=True, temperature=1.0,
-                                max_turns=30, answer=task.patch if server.takes_answer else None)
+    spec = SessionSpec(sampling_override=SamplingOverride(temperature=1.0), seed=7, max_turns=30,
+                       metadata={"task_id": ...}, answer=task.patch if server.takes_answer else None)
+    token = server.open_session("rollout-7", spec)
     # the sandbox gets server.model_uds (bound at its proxy socket) and this endpoint:
     endpoint = server.endpoint("rollout-7", root_url=f"http://127.0.0.1:{sandbox.proxy_port}")
     ...                                 # the harness talks to endpoint.base_url with endpoint.api_key (= token)
@@ -51,7 +52,7 @@ from lego.errors import ConfigError
 from lego.io import atomic_write_json
 from lego.proxies.app import build_app
 from lego.proxies.service import ChatFormatLike, ProxyService, takes_answer
-from lego.types import Endpoint, MainThreadSpec, Trajectory
+from lego.types import Endpoint, SessionSpec, Trajectory
 
 __all__ = ["ProxyServer", "is_loopback", "session_endpoint"]
 
@@ -302,42 +303,13 @@ class ProxyServer:
 
         return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=60)
 
-    def open_session(
-        self,
-        session_id: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        answer: str | None = None,
-        training: bool = False,
-        temperature: float | None = None,
-        max_turns: int | None = None,
-        max_generations: int | None = None,
-        main_thread: MainThreadSpec | None = None,
-    ) -> str:
-        """Start recording ``session_id``; returns its model-face token (the harness's API key).
-
-        ``training``: sample at ``temperature`` with no top-p/top-k truncation whatever the client
-        asks (stated in the ``x-lego-sampling-override`` header). ``max_turns``: main-thread turns
-        before the session answers 400. ``max_generations``: generations on every thread together
-        (side calls, subagents, whatever the agent sends itself; counted as each starts, so a flood
-        of concurrent calls cannot overshoot), then 400 and ``max_turns`` (None: unbounded).
-        ``answer``: the task's gold patch, only when
-        :attr:`takes_answer` (the oracle engine); it reaches the engine as ``RequestContext.answer``
-        and nothing else (not the metadata, not the trajectory). Reopening an id replaces the
-        session and revokes its old token. ``main_thread``: how the harness's own conversation is
-        recognised (see :mod:`lego.proxies.recorder`). None of these can be changed from the model face."""
-        s = self._on_loop(
-            lambda: self.service.open_session(
-                session_id,
-                metadata=metadata,
-                answer=answer,
-                training=training,
-                temperature=temperature,
-                max_turns=max_turns,
-                max_generations=max_generations,
-                main_thread=main_thread,
-            )
-        )
+    def open_session(self, session_id: str, spec: SessionSpec | None = None) -> str:
+        """Start recording ``session_id`` as ``spec`` says (:class:`~lego.types.SessionSpec`: sampling
+        override and seed, budgets, main-thread identity, metadata, and the gold patch only when
+        :attr:`takes_answer`, i.e. the oracle engine); returns its model-face token (the harness's API
+        key). Reopening an id replaces the session and revokes its old token. Nothing of the spec can be
+        changed from the model face."""
+        s = self._on_loop(lambda: self.service.open_session(session_id, spec))
         return s.token
 
     def seal_session(self, session_id: str) -> None:

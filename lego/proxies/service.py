@@ -45,8 +45,8 @@ from lego.proxies.recorder import SessionRecorder
 from lego.proxies.sampling import apply_stop, sampling_params, token_logprobs
 from lego.proxies.sessions import Session, token_digest
 from lego.proxies.streaming import DeltaSink, TextDeltas
-from lego.proxies.tool_choice import check_tool_choice, end_after_first_call, forced_prefix
-from lego.types import MainThreadSpec, RequestContext, Trajectory
+from lego.proxies.tool_choice import check_tool_choice, end_after_first_call, forced_prefix, forced_regex
+from lego.types import RequestContext, SessionSpec, Trajectory
 
 # ChatFormatLike, ChatRequest, ChatResult and Session are defined in lego.proxies.canonical and
 # lego.proxies.sessions; they are re-exported here because the routes and the server know the
@@ -72,51 +72,31 @@ class ProxyService:
         """Seconds of silence on a stream before a keep-alive (well under harnesses' idle timeouts)."""
 
     # ------------------------------------------------------------------ sessions
-    def open_session(
-        self,
-        session_id: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        answer: str | None = None,
-        training: bool = False,
-        temperature: float | None = None,
-        max_turns: int | None = None,
-        max_generations: int | None = None,
-        main_thread: MainThreadSpec | None = None,
-    ) -> Session:
-        """A fresh session under ``session_id`` (replacing, and revoking, any session of that id).
+    def open_session(self, session_id: str, spec: SessionSpec | None = None) -> Session:
+        """A fresh session under ``session_id`` (replacing, and revoking, any session of that id), as
+        ``spec`` says (:class:`~lego.types.SessionSpec`; None: the harness samples as it asks, no budgets).
 
-        ``answer``: the task's gold patch, only for an engine that takes it (the oracle); any other
-        engine would hold a secret it has no use for, so that is refused rather than ignored.
-        ``max_turns``: turns of the main thread; ``max_generations``: generations of the session on
-        every thread together (side calls, subagents, whatever the agent sends itself), the bound on
-        the engine time one rollout can take (None: unbounded). ``main_thread``: the harness's main
-        request as its adapter declares it (None: the recorder's default rule; see
-        :mod:`lego.proxies.recorder`)."""
-        if training and temperature is None:
-            raise ValueError("a training session needs the run's temperature (temperature=...)")
-        if answer is not None and not takes_answer(self.engine):
+        ``spec.answer``: the task's gold patch, only for an engine that takes it (the oracle); any other
+        engine would hold a secret it has no use for, so that is refused rather than ignored."""
+        spec = spec or SessionSpec()
+        if spec.answer is not None and not takes_answer(self.engine):
             raise ValueError(
                 f"the {type(self.engine).__name__} engine does not take the task's answer; pass answer= only "
                 "when the engine is the oracle (ProxyServer.takes_answer says whether it is)"
             )
-        if metadata and "gold_patch" in metadata:
+        if "gold_patch" in spec.metadata:
             raise ValueError(
                 "session metadata is exported with the trajectory and must not hold the gold patch; "
-                "pass it as open_session(..., answer=task.patch), for the oracle engine only"
+                "pass it as SessionSpec(answer=task.patch), for the oracle engine only"
             )
         self.close_session(session_id)
         token = "lego-" + secrets.token_urlsafe(32)
         s = Session(
             id=session_id,
-            recorder=SessionRecorder(self.chat, main_thread, self.config.reasoning_history),
+            recorder=SessionRecorder(self.chat, spec.main_thread, self.config.reasoning_history),
+            spec=spec,
             token=token,
-            answer=answer,
-            metadata=dict(metadata or {}),
-            training=training,
-            temperature=temperature,
-            max_turns=max_turns,
-            max_generations=max_generations,
+            metadata=dict(spec.metadata),
         )
         self.sessions[session_id] = s
         self._by_token[token_digest(token)] = s
@@ -211,10 +191,10 @@ class ProxyService:
         key = rec.resolve_thread(req.messages, req.tools)
         async with s.lock(key):
             main = rec.is_main(key, req.messages, req.tools)
-            if main and s.max_turns is not None:
-                if rec.generations(key) >= s.max_turns:
-                    s.termination = "max_turns"
-                    raise ApiError(400, f"this session reached its limit of {s.max_turns} turns", code="max_turns")
+            max_turns = s.spec.max_turns
+            if main and max_turns is not None and rec.generations(key) >= max_turns:
+                s.termination = "max_turns"
+                raise ApiError(400, f"this session reached its limit of {max_turns} turns", code="max_turns")
             try:
                 call = rec.render(
                     req.messages, req.tools, {**self.config.chat_template_kwargs, **req.chat_template_kwargs}
@@ -237,6 +217,8 @@ class ProxyService:
                 )
             except ContextOverflowError as exc:
                 raise self._overflow(s, main, str(exc)) from exc
+            # A forced call's arguments and closing are decoded under the tool's schema (tool_choice.py).
+            sampling.guided_regex = forced_regex(req, self.chat.tool_call_format, wanted)
             # model_construct: the messages were validated on the way in; re-validating is O(history).
             ctx = RequestContext.model_construct(
                 session_id=session_id,
@@ -244,7 +226,7 @@ class ProxyService:
                 messages=call.messages,
                 tools=req.tools,
                 session_metadata=s.metadata,
-                answer=s.answer,
+                answer=s.spec.answer,
             )
             s.spend_generation()
             t_engine = time.perf_counter()

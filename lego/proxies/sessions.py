@@ -14,7 +14,7 @@ from typing import Any
 
 from lego.proxies.errors import ApiError
 from lego.proxies.recorder import SessionRecorder
-from lego.types import TerminationLabel
+from lego.types import SessionSpec, TerminationLabel
 
 __all__ = ["Session", "token_digest"]
 
@@ -23,21 +23,18 @@ __all__ = ["Session", "token_digest"]
 class Session:
     """One rollout's state: its recorder, locks, and what the rollout code told us about it.
 
-    ``token``: the model-face secret (see :mod:`lego.proxies.service`). ``answer``: the gold patch, for an
-    engine that takes it (the oracle); never exported. ``sealed``: the episode is over, the token
+    ``spec``: what the rollout said about it (:class:`~lego.types.SessionSpec`, passed on unchanged).
+    ``token``: the model-face secret (see :mod:`lego.proxies.service`). ``sealed``: the episode is over, the token
     is revoked and nothing more is recorded (the trajectory is still readable on the control face).
     """
 
     id: str
     recorder: SessionRecorder
+    spec: SessionSpec = field(default_factory=SessionSpec)
     token: str = field(default="", repr=False)
-    answer: str | None = field(default=None, repr=False)
     sealed: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
-    training: bool = False
-    temperature: float | None = None
-    max_turns: int | None = None
-    max_generations: int | None = None
+    """The spec's metadata, copied: exported with the trajectory."""
     generations_started: int = 0
     termination: TerminationLabel = "completed"
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
@@ -65,11 +62,12 @@ class Session:
         Check and count run with no await between them (one event loop), so concurrent requests
         cannot overshoot; a generation counts once it starts, served or not: it is the engine
         time an agent can make the rollout spend (side calls and floods included)."""
-        if self.max_generations is not None and self.generations_started >= self.max_generations:
+        limit = self.spec.max_generations
+        if limit is not None and self.generations_started >= limit:
             self.termination = "max_turns"
             raise ApiError(
                 400,
-                f"this session reached its limit of {self.max_generations} generations (all threads together)",
+                f"this session reached its limit of {limit} generations (all threads together)",
                 code="max_turns",
             )
         self.generations_started += 1

@@ -8,7 +8,7 @@ from typing import Any
 
 from lego.config import SandboxConfig
 from lego.seams import Harness
-from lego.types import HarnessLimits, Task
+from lego.types import HarnessLimits, SessionSpec, Task
 
 __all__ = ["run_one"]
 
@@ -20,7 +20,7 @@ def run_one(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> 
 
     sid = f"{harness.name}-{uuid.uuid4().hex[:8]}"
     answer = task.patch if proxy.takes_answer else None  # the gold patch reaches the oracle engine only
-    proxy.open_session(sid, metadata={"task_id": task.instance_id}, answer=answer)
+    proxy.open_session(sid, SessionSpec(metadata={"task_id": task.instance_id}, answer=answer))
     default = SandboxConfig()
     memory_mb = max(default.memory_mb, getattr(harness, "min_memory_mb", 0))
     cfg = SandboxConfig(memory_mb=memory_mb, command_timeout_s=limits.timeout_s)

@@ -20,7 +20,7 @@ from lego.harnesses.install import installed
 from lego.harnesses.lego_agent_adapter import LegoAgentHarness
 from lego.harnesses.opencode import OpenCodeHarness
 from lego.seams import Harness
-from lego.types import Endpoint, HarnessLimits, Task
+from lego.types import Endpoint, HarnessLimits, SamplingOverride, SessionSpec, Task
 
 pytestmark = pytest.mark.harness
 
@@ -57,7 +57,7 @@ def rollout(harness: Harness, task: Task, proxy: Any, limits: HarnessLimits) -> 
     from lego.sandboxes.local import LocalSandbox
 
     sid = f"{harness.name}-{uuid.uuid4().hex[:8]}"
-    proxy.open_session(sid, training=True, temperature=1.0)
+    proxy.open_session(sid, SessionSpec(sampling_override=SamplingOverride(temperature=1.0)))
     binds = harness.ro_binds() if hasattr(harness, "ro_binds") else []
     memory_mb = max(SandboxConfig().memory_mb, getattr(harness, "min_memory_mb", 0))
     sandbox = LocalSandbox(task, SandboxConfig(memory_mb=memory_mb), proxy_uds=Path(proxy.uds), ro_binds=binds)

@@ -120,14 +120,12 @@ def test_an_unreachable_proxy_is_a_labelled_failure_not_a_crash(
     ray_cluster: None, runner: RolloutRunner, tasks: list[Task]
 ) -> None:
     from lego.conductor.ray_rollout import run_rollout_task
+    from lego.conductor.rollout import DriveJob
 
     # a worker whose forwarder dials a closed port: the harness cannot reach the policy
-    outcome = ray.get(
-        ray.remote(num_cpus=1)(run_rollout_task).remote(
-            runner.cfg, tasks[0], "lego-agent", "s-unreachable", "no-token", replace(OPTS, max_turns=2, timeout_s=60),
-            ("127.0.0.1", 9), runner.policy.proxy.config,
-        )
-    )  # fmt: skip
+    opts = replace(OPTS, max_turns=2, timeout_s=60)
+    job = DriveJob(runner.cfg, tasks[0], "lego-agent", "s-unreachable", "no-token", opts, runner.policy.proxy.config)
+    outcome = ray.get(ray.remote(num_cpus=1)(run_rollout_task).remote(job, ("127.0.0.1", 9)))
     assert outcome.result.reason == "harness_error", outcome.result.logs[-2000:]
     assert "chat completions failed" in outcome.result.logs
     assert outcome.grade is not None and outcome.grade.reward == 0.0  # the empty diff, graded on the worker

@@ -21,6 +21,7 @@ import pytest
 
 from lego.config import ProxyConfig
 from lego.proxies.server import ProxyServer
+from lego.types import SamplingOverride, SessionSpec
 
 BASH = {
     "type": "function",
@@ -214,7 +215,7 @@ def test_anthropic_top_k_is_honoured_and_overridden_in_training(tiny_engine: Any
             model="m", max_tokens=8, messages=msgs, extra_body={"temperature": 0.0}
         )
         assert texts == {greedy.content[0].text}
-        srv.open_session("train", training=True, temperature=1.0)
+        srv.open_session("train", SessionSpec(sampling_override=SamplingOverride(temperature=1.0)))
         raw = httpx.post(
             f"{srv.root_url}/s/train/v1/messages",
             json={"model": "m", "max_tokens": 4, "messages": msgs, "top_k": 1},

@@ -23,7 +23,7 @@ import pytest
 from lego.config import ProxyConfig
 from lego.engines.oracle import OracleEngine
 from lego.proxies.server import ProxyServer
-from lego.types import Generation, RequestContext, SamplingParams
+from lego.types import Generation, RequestContext, SamplingOverride, SamplingParams, SessionSpec
 from tests.proxies.conftest import ScriptedEngine
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -74,7 +74,7 @@ def test_no_key_or_a_wrong_key_is_401_in_each_apis_own_shape(face: ModelFace) ->
 
 def test_the_key_is_the_session_with_or_without_its_prefix(face: ModelFace) -> None:
     srv = face.srv
-    token = srv.open_session("a", metadata={"task_id": "t-a"})
+    token = srv.open_session("a", SessionSpec(metadata={"task_id": "t-a"}))
     assert face.request("POST", "/v1/chat/completions", token, json=CHAT).status_code == 200
     assert face.request("POST", "/s/a/v1/chat/completions", token, json=CHAT).status_code == 200
     r = face.request("POST", "/s/a/v1/messages", token, anthropic=True, json=MESSAGES)
@@ -86,7 +86,7 @@ def test_the_key_is_the_session_with_or_without_its_prefix(face: ModelFace) -> N
 def test_a_key_cannot_reach_another_session(face: ModelFace) -> None:
     srv = face.srv
     token_a = srv.open_session("a")
-    srv.open_session("b", metadata={"task_id": "t-b"})
+    srv.open_session("b", SessionSpec(metadata={"task_id": "t-b"}))
     for path in ("/s/b/v1/chat/completions", "/s/default/v1/chat/completions", "/s/../b/v1/chat/completions"):
         r = face.request("POST", path, token_a, json=CHAT)
         assert r.status_code == 404, path
@@ -120,7 +120,9 @@ def test_the_model_face_creates_no_session(face: ModelFace) -> None:
 )
 def test_control_routes_do_not_exist_on_the_model_face(face: ModelFace, method: str, path: str) -> None:
     srv = face.srv
-    token = srv.open_session("a", metadata={"task_id": "t-a"}, training=True, temperature=0.7, max_turns=3)
+    token = srv.open_session(
+        "a", SessionSpec(sampling_override=SamplingOverride(temperature=0.7), max_turns=3, metadata={"task_id": "t-a"})
+    )
     face.request("POST", "/s/a/v1/chat/completions", token, json=CHAT)
     r = face.request(method, path, token, json={"max_turns": 1000, "training": False})
     assert r.status_code in (404, 405)
@@ -128,13 +130,15 @@ def test_control_routes_do_not_exist_on_the_model_face(face: ModelFace, method: 
     traj = srv.trajectory("a")  # untouched: the recorded turn and what the rollout set
     assert traj.counters["calls"] == 1 and traj.task_id == "t-a"
     s = srv.service.sessions["a"]
-    assert (s.training, s.temperature, s.max_turns) == (True, 0.7, 3)
+    assert s.spec == SessionSpec(sampling_override=SamplingOverride(temperature=0.7), max_turns=3, metadata={"task_id": "t-a"})
 
 
 def test_rollout_settings_hold_whatever_the_agent_sends(face: ModelFace) -> None:
     """Temperature override and turn limit come from open_session; requests cannot change them."""
     srv = face.srv
-    token = srv.open_session("a", metadata={"task_id": "t-a"}, training=True, temperature=0.7, max_turns=2)
+    token = srv.open_session(
+        "a", SessionSpec(sampling_override=SamplingOverride(temperature=0.7), max_turns=2, metadata={"task_id": "t-a"})
+    )
     messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
     for _ in range(2):
         body = {"model": "m", "messages": messages, "temperature": 0.0, "top_p": 0.1, "metadata": {"max_turns": 99}}
@@ -153,7 +157,7 @@ def test_a_flood_on_new_threads_cannot_pass_the_sessions_generation_budget(
     """30 concurrent calls, each a new thread (so no main-thread turn limit applies): the engine
     starts no more generations than the session's budget, and the rollout is labelled for it."""
     srv, engine = scripted
-    token = srv.open_session("a", max_turns=30, max_generations=5)
+    token = srv.open_session("a", SessionSpec(max_turns=30, max_generations=5))
 
     async def flood() -> list[int]:
         async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=srv.model_uds), timeout=60) as http:
@@ -252,7 +256,7 @@ def test_the_answer_reaches_the_oracle_and_nothing_the_agent_or_a_file_sees(
     oracle = RecordingOracle(chat_format, tiny_engine, score_context=32)
     with ProxyServer(oracle, chat_format, ProxyConfig(port=0)) as srv:  # type: ignore[arg-type]
         face = ModelFace(srv, "uds")
-        token = srv.open_session("a", metadata={"task_id": "t-a"}, answer=PATCH)
+        token = srv.open_session("a", SessionSpec(metadata={"task_id": "t-a"}, answer=PATCH))
         r = face.request("POST", "/s/a/v1/chat/completions", token, json=CHAT)
         assert r.status_code == 200
         assert oracle.contexts[-1].answer == PATCH and "gold_patch" not in oracle.contexts[-1].session_metadata
@@ -271,9 +275,9 @@ def test_only_an_engine_that_takes_the_answer_gets_one(scripted: tuple[ProxyServ
     srv, _ = scripted
     assert not srv.takes_answer
     with pytest.raises(ValueError, match="answer= only when the engine is the oracle"):
-        srv.open_session("a", answer=PATCH)
+        srv.open_session("a", SessionSpec(answer=PATCH))
     with pytest.raises(ValueError, match=r"answer=task.patch"):
-        srv.open_session("a", metadata={"gold_patch": PATCH})
+        srv.open_session("a", SessionSpec(metadata={"gold_patch": PATCH}))
     assert "a" not in srv.service.sessions
 
 

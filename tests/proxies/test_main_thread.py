@@ -16,7 +16,7 @@ import pytest
 
 from lego.conductor.items import items_from_trajectories
 from lego.proxies.server import ProxyServer
-from lego.types import MainThreadSpec, Trajectory
+from lego.types import MainThreadSpec, SessionSpec, Trajectory
 
 BILLING = {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.18b; cc_entrypoint=sdk-cli;"}
 MAIN_SYSTEM = [BILLING, {"type": "text", "text": "You are a Claude agent, built on Anthropic's Claude Agent SDK."}]
@@ -136,7 +136,7 @@ def test_a_subagent_with_more_generations_than_the_main_thread_stays_a_side_thre
 
 def test_max_turns_counts_main_thread_turns_only(scripted: Any) -> None:
     srv, engine = scripted
-    srv.open_session("r", max_turns=2)
+    srv.open_session("r", SessionSpec(max_turns=2))
     _quota_probe(srv, engine)
     main = Conversation(srv, engine, MAIN_SYSTEM, MAIN_TOOLS, "fix the bug in f.py")
     for i in range(2):
@@ -155,7 +155,7 @@ def test_a_request_the_agent_sends_itself_cannot_take_over_the_main_thread(scrip
     exists, nothing it sends there (its own system prompt, the harness's tools, more generations)
     becomes the main thread."""
     srv, engine = scripted
-    token = srv.open_session("r", max_turns=3)
+    token = srv.open_session("r", SessionSpec(max_turns=3))
     main = Conversation(srv, engine, MAIN_SYSTEM, MAIN_TOOLS, "fix the bug in f.py")
     main.turn()
     model_face = httpx.Client(transport=httpx.HTTPTransport(uds=srv.model_uds))
@@ -182,7 +182,9 @@ def test_a_declared_main_thread_is_the_only_one_that_can_become_main(scripted: A
     """A harness whose main request carries no tools (mini-swe-agent, aider) declares it: before it
     exists nothing is exported as main, and a later thread with tools cannot outrank it."""
     srv, engine = scripted
-    srv.open_session("r", main_thread=MainThreadSpec(system_contains="You are a helpful assistant that can interact"))
+    srv.open_session(
+        "r", SessionSpec(main_thread=MainThreadSpec(system_contains="You are a helpful assistant that can interact"))
+    )
     client = openai.OpenAI(base_url=srv.session_base_url("r"), api_key="k", max_retries=0)
     engine.push("probe answer<|im_end|>")
     client.chat.completions.create(

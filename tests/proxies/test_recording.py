@@ -15,7 +15,7 @@ import pytest
 
 from lego.config import ProxyConfig
 from lego.proxies.server import ProxyServer
-from lego.types import Segment
+from lego.types import SamplingOverride, Segment, SessionSpec
 
 BASH = {
     "type": "function",
@@ -186,7 +186,10 @@ def test_context_overflow_is_a_non_retryable_400_and_labels_overlong(scripted: A
 
 def test_training_mode_overrides_sampling_and_says_so(tiny_engine: Any, chat_format: Any) -> None:
     with ProxyServer(tiny_engine, chat_format, ProxyConfig(port=0, default_max_tokens=4, strict_sessions=True)) as srv:
-        srv.open_session("train-1", training=True, temperature=0.7, max_turns=2, metadata={"task_id": "t1"})
+        srv.open_session(
+            "train-1",
+            SessionSpec(sampling_override=SamplingOverride(temperature=0.7), max_turns=2, metadata={"task_id": "t1"}),
+        )
         url = srv.session_base_url("train-1") + "/chat/completions"
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.1, "top_p": 0.5}
         r = httpx.post(url, json=body)
