@@ -53,6 +53,7 @@ from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.guards import filter_diff, patch_paths, split_diff
 from lego.sandboxes.perturb import FilePlan, find_sites, plan_perturbations, render
 from lego.sandboxes.templates import git
+from lego.sandboxes.verifier import grade_verifier, is_harbor
 from lego.seams import Sandbox
 from lego.types import GradeResult, Task
 
@@ -245,6 +246,8 @@ def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: f
     ``cfg`` picks the backend and limits (default: a local sandbox with default limits);
     ``timeout`` bounds each test run (default: ``cfg.command_timeout_s``). Raises
     :class:`GradingError` when the task itself cannot be graded."""
+    if is_harbor(task):  # a Harbor task is graded by its own verifier (lego.sandboxes.verifier)
+        return grade_verifier(task, diff, cfg=cfg, timeout=timeout)
     cfg = cfg or SandboxConfig()
     limit = timeout if timeout is not None else cfg.command_timeout_s
     t0 = time.monotonic()

@@ -319,11 +319,6 @@ def test_lego_run_plays_the_gold_patch_at_testbed(swe_task: tuple[Path, Task], t
     assert lines["reward"] == "1.0" and lines["tests"] == "16/16 passed", lines
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lego.sandboxes.grading.grade does not yet dispatch Harbor tasks to verifier.grade_verifier (the lead's "
-    "one line in grading.py); remove this marker with it",
-)
 def test_lego_run_plays_solve_sh_in_a_harbor_task(exported: tuple[Path, Task], tiny_model_dir: Path, tmp_path: Path):
     out, task = exported
     lines = _lego_run(tiny_model_dir, tmp_path, out, task.instance_id)
