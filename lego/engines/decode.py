@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from lego.engines.batching import Footprint, PendingRequest, can_merge, merge_caches
+from lego.engines.guided import Guides
 from lego.engines.prefix_cache import PrefixCache
 from lego.engines.sampling import RowSampler
 from lego.engines.scheduler import BatchScheduler
@@ -47,8 +48,10 @@ class Decoder:
         version: Callable[[], int],
         stats: dict[str, int],
         prefill_chunk: int | None = None,
+        guides: Guides | None = None,
     ) -> None:
         self.model = model
+        self.guides = guides
         self.device = next(model.parameters()).device
         self.pad_token_id = pad_token_id
         self.eos_token_ids = eos_token_ids
@@ -152,6 +155,11 @@ class Decoder:
         ]
         self.prefix_cache.remember(ids, version, layers)
 
+    def _sampler(self, r: PendingRequest) -> RowSampler:
+        regex = r.sampling.guided_regex
+        guide = self.guides.row(regex, r.max_tokens) if regex is not None and self.guides is not None else None
+        return RowSampler(r.sampling, r.seed, self.eos_token_ids, self.device, guide)
+
     def run(self, batch: list[PendingRequest], scheduler: BatchScheduler) -> None:
         """Decode ``batch`` step by step, resolving each request as soon as it is done."""
         version = self.version()
@@ -159,7 +167,7 @@ class Decoder:
         for r in batch:
             r.started_at = time.perf_counter()
         logits, mask, next_pos, cache = self.prefill(batch)
-        samplers = [RowSampler(r.sampling, r.seed, self.eos_token_ids, dev) for r in batch]
+        samplers = [self._sampler(r) for r in batch]
         active = list(range(len(batch)))  # batch rows still generating, in cache order
         while active:
             tokens, logps = RowSampler.sample_rows([samplers[i] for i in active], logits)
@@ -185,6 +193,7 @@ class Decoder:
                         policy_version=version,
                         prompt_tokens=len(r.prompt_ids),
                         engine_time_s=time.perf_counter() - r.started_at,
+                        constrained=r.sampling.guided_regex is not None,
                     )
                 )
             if not keep:
@@ -215,7 +224,7 @@ class Decoder:
                     logits = torch.cat([logits, new_logits])
                     for r in joining:
                         batch.append(r)
-                        samplers.append(RowSampler(r.sampling, r.seed, self.eos_token_ids, dev))
+                        samplers.append(self._sampler(r))
                         active.append(len(batch) - 1)
                     self.stats["joined_mid_batch"] += len(joining)
                     self.stats["max_batch_size_seen"] = max(self.stats["max_batch_size_seen"], len(active))

@@ -3,12 +3,16 @@
 The logprob returned for a sampled token is ``log_softmax(logits / T)[token]`` over the full
 vocabulary, before truncation (truncation biases the importance ratio the trainer computes, so it
 only restricts *which* tokens can be drawn). Greedy rows (``T == 0``) report the T=1 logprob.
+A guided row (``SamplingParams.guided_regex``) draws through its
+:class:`~lego.engines.guided.GuidedRow` instead (top-k / top-p do not apply there) and stops when
+the constraint is complete.
 """
 
 from __future__ import annotations
 
 import torch
 
+from lego.engines.guided import GuidedRow
 from lego.types import SamplingParams
 
 __all__ = ["RowSampler"]
@@ -18,8 +22,16 @@ class RowSampler:
     """The sampling state of one request: its own torch.Generator, so a seeded request draws the
     same tokens whatever else shares its batch."""
 
-    def __init__(self, params: SamplingParams, seed: int, eos_token_ids: list[int], device: torch.device) -> None:
+    def __init__(
+        self,
+        params: SamplingParams,
+        seed: int,
+        eos_token_ids: list[int],
+        device: torch.device,
+        guide: GuidedRow | None = None,
+    ) -> None:
         self.params = params
+        self.guide = guide
         self.temperature = params.temperature if params.temperature > 0 else 1.0
         self.greedy = params.temperature == 0
         self.stop_ids = frozenset(eos_token_ids) | frozenset(params.stop_token_ids)
@@ -27,10 +39,15 @@ class RowSampler:
         self.generator.manual_seed(seed)
 
     def is_stop(self, token: int) -> bool:
+        """Whether the row ends with ``token`` (just drawn): a stop id, or a guided row's constraint complete."""
+        if self.guide is not None:
+            return self.guide.done
         return token in self.stop_ids
 
     def draw(self, logp: torch.Tensor) -> int:
         """Draw one token id from the truncated distribution given full logprobs ``logp`` (V,)."""
+        if self.guide is not None:
+            return self.guide.choose(logp, self.generator, self.greedy)
         if self.greedy:
             return int(logp.argmax())
         p = self.params

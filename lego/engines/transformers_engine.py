@@ -28,9 +28,14 @@ top-k / top-p truncation (truncation only decides which tokens may be drawn). Fo
 (greedy) the logprob is taken at temperature 1. The sampler is lego's own loop, not
 ``model.generate()``, which would silently apply top_k=50 unless told top_k=0.
 
+Guided decoding (``SamplingParams.guided_regex``, a forced tool call): the row samples only tokens
+that keep its text inside the regex and inside ``max_tokens``, and ends when the match is complete;
+its Generation is flagged ``constrained`` (``guided``).
+
 Where each concern lives: ``scheduler`` (queue, worker thread, pausing for weight swaps),
 ``decode`` (prefill, the decode loop, rows joining and leaving), ``prefix_cache`` (the shared-prefix
-KV), ``batching`` (pending requests, KV merging), ``sampling`` (per-row sampling), ``scoring``
+KV), ``batching`` (pending requests, KV merging), ``sampling`` (per-row sampling), ``guided``
+(constrained decoding), ``scoring``
 (teacher-forced logprobs); this module loads the model and copies weights in.
 """
 
@@ -49,6 +54,7 @@ from lego.config import EngineConfig
 from lego.engines.base import TokenSink
 from lego.engines.batching import PendingRequest
 from lego.engines.decode import Decoder
+from lego.engines.guided import Guides
 from lego.engines.prefix_cache import PrefixCache
 from lego.engines.scheduler import BatchScheduler
 from lego.engines.scoring import teacher_forced_logprobs
@@ -130,10 +136,17 @@ class TransformersEngine:
             lambda: self.policy_version,
             self.stats,
             prefill_chunk=prefill_chunk_tokens,
+            guides=Guides(self._tokenizer, int(self.model.config.vocab_size), lambda: list(self.decoder.eos_token_ids)),
         )
         self.scheduler = BatchScheduler(
             lambda batch: self.decoder.run(batch, self.scheduler), max_batch_size, self.stats, max_batch_tokens
         )
+
+    def _tokenizer(self) -> Any:
+        """The model directory's tokenizer (for guided decoding's token texts; loaded on first use)."""
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(self.model_path))
 
     @property
     def eos_token_ids(self) -> list[int]:

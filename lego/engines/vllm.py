@@ -6,7 +6,8 @@ Wire format (vLLM's OpenAI-compatible ``POST /v1/completions``, with vLLM's own 
                "n": 1, "stream": false, "logprobs": 0, "return_token_ids": true,
                "return_tokens_as_token_ids": true, "skip_special_tokens": false,
                "spaces_between_special_tokens": false, "stop_token_ids": [...],
-               "include_stop_str_in_output": true}
+               "include_stop_str_in_output": true,
+               "structured_outputs": {"regex": ...}}  (only for a guided request: a forced tool call)
     response  {"choices": [{"text", "finish_reason", "token_ids": [...], "prompt_token_ids": [...],
                "logprobs": {"tokens": ["token_id:123", ...], "token_logprobs": [...]}}],
                "usage": {...}}
@@ -19,6 +20,12 @@ Wire format (vLLM's OpenAI-compatible ``POST /v1/completions``, with vLLM's own 
 (vLLM >= 0.10.2) returns the sampled ids and the prompt ids the engine saw, which are checked
 against what was sent; older servers are read through ``return_tokens_as_token_ids``
 (``"token_id:123"`` strings). ``logprobs: 0`` returns the sampled token's logprob only.
+
+Guided requests (``SamplingParams.guided_regex``, a forced tool call) send vLLM's structured-output
+option; vLLM then samples the regex's language and ends with the end-of-sequence token (the proxy
+cuts the call after its closing). vLLM silently ignores options it does not know, so the proxy
+still checks what came back. With ``processed_logprobs`` those tokens' logprobs are the
+constrained distribution's; they are recorded flagged and never trained on.
 
 What the logprobs mean: start the server with ``--logprobs-mode processed_logprobs`` so they are
 taken after temperature scaling (lego's contract: ``log_softmax(logits / T)``); in training mode
@@ -245,12 +252,20 @@ class VLLMEngine:
         }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if sampling.guided_regex is not None:
+            # vLLM >= 0.10.2 (guided_regex before it, removed in 0.12): its structured-output backend
+            # (xgrammar) masks every step to the regex and allows only the end of sequence after it.
+            body["structured_outputs"] = {"regex": sampling.guided_regex}
         version = self.policy_version
         t0 = time.perf_counter()
         data = await self._request("/v1/completions", body, on_tokens)
-        return self._generation(data, prompt_ids, version, time.perf_counter() - t0)
+        return self._generation(
+            data, prompt_ids, version, time.perf_counter() - t0, constrained=sampling.guided_regex is not None
+        )
 
-    def _generation(self, data: dict[str, Any], prompt_ids: list[int], version: int, elapsed: float) -> Generation:
+    def _generation(
+        self, data: dict[str, Any], prompt_ids: list[int], version: int, elapsed: float, constrained: bool = False
+    ) -> Generation:
         try:
             choice = data["choices"][0]
             lp = choice["logprobs"] or {}
@@ -276,6 +291,7 @@ class VLLMEngine:
             policy_version=version,
             prompt_tokens=len(prompt_ids),
             engine_time_s=elapsed,
+            constrained=constrained,
         )
 
     async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:

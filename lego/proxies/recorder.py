@@ -35,9 +35,11 @@ The algorithm (DESIGN.md "Faithful rollouts", rules 1-5):
     extension of the segment, the segment is sealed and a new one starts -- both only at commit,
     after the generation succeeded (rule 4). Earlier generations keep their original context.
 
-* After a generation, the sampled ids enter the segment with mask 1 and their logprobs; the
-  template's closing tokens (the end-of-turn token if the policy did not sample one, then whatever
-  the template puts after it, e.g. a newline) enter with mask 0 (rule 3).
+* After a generation, the sampled ids enter the segment with mask 1 and their logprobs (ids drawn
+  under a decoding constraint -- a forced tool call -- with mask 0, flagged in
+  ``Segment.constrained_spans`` and counted in ``constrained_tokens``); the template's closing
+  tokens (the end-of-turn token if the policy did not sample one, then whatever the template puts
+  after it, e.g. a newline) enter with mask 0 (rule 3).
 
 Which thread is the main thread (rule 5) is decided by what its opening request *is*, never by
 how many generations a thread has:
@@ -186,6 +188,7 @@ class SessionRecorder:
             "reasoning_seals": 0,
             "reprefill_tokens": 0,
             "kept_reasoning_tokens": 0,
+            "constrained_tokens": 0,
         }
         self._eot_text = template.decode([template.end_of_turn_id])
         self._kwargs: dict[str, Any] = {}  # template kwargs of the call being rendered or committed
@@ -450,7 +453,11 @@ class SessionRecorder:
         start = len(seg)
         if seg.prompt_len is None:
             seg.prompt_len = start
-        seg.extend_sampled(gen.token_ids, gen.logprobs, gen.policy_version)
+        if gen.constrained:
+            seg.extend_constrained(gen.token_ids, gen.logprobs, gen.policy_version)
+            self.counters["constrained_tokens"] += len(gen.token_ids)
+        else:
+            seg.extend_sampled(gen.token_ids, gen.logprobs, gen.policy_version)
         end = len(seg)
 
         snapshot = [*call.messages, assistant]

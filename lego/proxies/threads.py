@@ -114,6 +114,7 @@ class OpenSegment:
     versions: array[int] = field(default_factory=lambda: array("q"))
     prompt_len: int | None = None
     bounds: dict[int, tuple[int, int]] = field(default_factory=dict)  # message count -> (tokens, text chars)
+    constrained: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of constrained tokens
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -136,9 +137,21 @@ class OpenSegment:
         self.logprobs.extend(logprobs)
         self.versions.extend(array("q", [version]) * n)
 
+    def extend_constrained(self, ids: list[int], logprobs: list[float], version: int) -> None:
+        """Tokens drawn under a decoding constraint: mask 0 (never trained on), the engine's
+        logprobs and version kept, the span flagged."""
+        start = len(self.ids)
+        self.ids.extend(ids)
+        self.mask.extend(bytes(len(ids)))
+        self.logprobs.extend(logprobs)
+        self.versions.extend(array("q", [version]) * len(ids))
+        if ids:
+            self.constrained.append((start, len(self.ids)))
+
     def truncate(self, n: int) -> None:
         for arr in (self.ids, self.mask, self.logprobs, self.versions):
             del arr[n:]
+        self.constrained = [(s, min(e, n)) for s, e in self.constrained if s < n]
         if self.prompt_len is not None and self.prompt_len >= n:
             self.prompt_len = None
 
@@ -152,6 +165,7 @@ class OpenSegment:
             response_mask=list(self.mask[p:]),
             response_logprobs=[None if math.isnan(x) else x for x in self.logprobs[p:]],
             response_versions=[None if v < 0 else v for v in self.versions[p:]],
+            constrained_spans=[(s - p, e - p) for s, e in self.constrained if s >= p],
         )
 
 

@@ -1,23 +1,31 @@
 """``tool_choice`` and ``parallel_tool_calls``, enforced by forcing the model's own call syntax.
 
 A forcing ``tool_choice`` makes the reply start with the opening of a tool call in the model's
-tool-call format (:func:`forced_prefix`); the forced text joins the prompt, so only the policy's
-continuation is sampled and recorded as its action. What the policy then wrote is checked
-(:func:`check_tool_choice`): never a 200 with the wrong tool or plain text. ``parallel_tool_calls
-= false`` ends the turn after its first complete call (:func:`end_after_first_call`).
+tool-call format (:func:`forced_prefix`); the forced text joins the prompt (mask 0). The rest --
+the arguments, valid against the tool's JSON schema, and the call's closing -- is decoded under the
+constraint :func:`forced_regex` gives the engine (``SamplingParams.guided_regex``), so the promised
+call is always produced unless even its shortest form does not fit ``max_tokens`` (a 400 naming
+it). Those tokens are the constrained distribution's draw, not the policy's: the recorder keeps
+them with mask 0, flagged in ``Segment.constrained_spans``, and training never sees them.
+
+What was written is still checked (:func:`check_tool_choice`): an engine that does not honour the
+constraint (a scripted test double, the oracle) gets a 502, never a 200 with the wrong tool or
+plain text. ``parallel_tool_calls = false`` ends the turn after its first complete call
+(:func:`end_after_first_call`).
 """
 
 from __future__ import annotations
 
 import json
 
+from lego.models.tool_grammar import call_regex
 from lego.proxies.canonical import ChatFormatLike, ChatRequest, Message
 from lego.proxies.errors import ApiError
 from lego.proxies.sampling import apply_stop
 from lego.proxies.sessions import Session
 from lego.types import Generation
 
-__all__ = ["FORCEABLE", "check_tool_choice", "end_after_first_call", "forced_prefix"]
+__all__ = ["FORCEABLE", "check_tool_choice", "end_after_first_call", "forced_prefix", "forced_regex"]
 
 _CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
 FORCEABLE = ("hermes", "qwen3_coder")
@@ -79,6 +87,13 @@ def forced_prefix(req: ChatRequest, fmt: str) -> tuple[str, str | None]:
     if coder:
         return f"{_CALL_OPEN}\n<function={wanted}>\n", wanted
     return _CALL_OPEN + '\n{"name": ' + json.dumps(wanted, ensure_ascii=False) + ', "arguments": ', wanted
+
+
+def forced_regex(req: ChatRequest, fmt: str, wanted: str | None) -> str | None:
+    """The constraint on what follows :func:`forced_prefix`'s text (None when nothing is forced)."""
+    if wanted is None:
+        return None
+    return call_regex(fmt, req.tools, wanted)
 
 
 def check_tool_choice(s: Session, req: ChatRequest, message: Message, gen: Generation, wanted: str | None) -> None:

@@ -11,6 +11,9 @@ directory, so generation and logprobs are real and a weight load changes what is
   served model or a loaded adapter (vLLM answers 404 otherwise). With ``stream: true`` it answers
   vLLM's SSE: one ``data:`` chunk per run of ids the engine samples (delta ``token_ids`` and their
   logprobs, ``prompt_token_ids`` on the first, ``finish_reason`` on the last), then ``data: [DONE]``.
+  ``structured_outputs: {"regex": ...}`` is honoured with the engine's guided decoding (vLLM's
+  xgrammar does the same job; after the match vLLM also samples the end of sequence, which the
+  stand-in leaves out: the proxy cuts a forced call after its closing either way).
 - ``POST /collective_rpc {"method": "reload_weights"}`` (``VLLM_SERVER_DEV_MODE``): re-read the
   safetensors of the served directory, as vLLM's ``reload_weights()`` does.
 - ``POST /reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE``).
@@ -71,6 +74,7 @@ class CompletionBody(BaseModel):
     include_stop_str_in_output: bool = False
     stop_token_ids: list[int] = []
     seed: int | None = None
+    structured_outputs: dict[str, Any] | None = None
 
 
 class LoraBody(BaseModel):
@@ -95,6 +99,7 @@ class VLLMStandIn:
         self.adapters: set[str] = set()
         self.loads: list[tuple[str, str, int]] = []
         self.completions_served = 0
+        self.structured: list[dict[str, Any] | None] = []  # each completion's structured_outputs
         routes = [
             Route("/v1/models", self.models),
             Route("/v1/completions", self.completions, methods=["POST"]),
@@ -142,7 +147,9 @@ class VLLMStandIn:
             top_k=max(body.top_k, 0),
             seed=body.seed,
             stop_token_ids=body.stop_token_ids,
+            guided_regex=self._regex(body),
         )
+        self.structured.append(body.structured_outputs)
         if body.stream:
             if len(body.prompt) + 1 > self.engine.max_model_len:
                 return _error(400, f"This model's maximum context length is {self.engine.max_model_len} tokens.")
@@ -183,6 +190,16 @@ class VLLMStandIn:
                 "usage": usage,
             }
         )
+
+    @staticmethod
+    def _regex(body: CompletionBody) -> str | None:
+        """``structured_outputs.regex`` (vLLM >= 0.10.2); the stand-in serves no other structured output."""
+        so = body.structured_outputs
+        if so is None:
+            return None
+        if set(so) != {"regex"}:
+            raise ValueError(f"the stand-in serves structured_outputs.regex only, not {sorted(so)}")
+        return str(so["regex"])
 
     async def _stream(self, body: CompletionBody, sampling: SamplingParams) -> AsyncIterator[str]:
         """vLLM's SSE chunks, one per run of ids the engine hands its sink.
