@@ -110,21 +110,25 @@ async def responses_stream(
 ) -> AsyncIterator[bytes]:
     """Response events as tokens arrive: a reasoning item, then a message item, then function calls
     once they parse; ``: ping`` comments while idle; ``error`` if the generation fails after the
-    stream began. ``start`` is the in-progress response; ``build`` makes the final one from the result."""
+    stream began. ``start`` is the in-progress response; ``build`` makes the final one from the result.
+
+    One id and one ``output_index`` per item, from ``output_item.added`` through ``.done`` to the
+    completed response's ``output`` (the SDK's stream helper checks it): an item opened while
+    streaming keeps the id and place it was opened with; text held back (it looked like a tool
+    call) opens its item at the end, under the id the final response gives it."""
     seq = 0
-    live_ids: dict[str, str] = {}  # item type -> id of the item opened while streaming
+    opened_items: dict[str, tuple[str, int]] = {}  # item type -> (id, output_index), in the order opened
 
     def ev(kind: str, **fields: Any) -> bytes:
         nonlocal seq
         seq += 1
         return sse({"type": kind, "sequence_number": seq - 1, **fields}, kind)
 
-    def opened(kind: str, text: str) -> Iterator[bytes]:
-        """Open the item for ``kind`` (if not yet open) and send ``text`` into it."""
-        item_type = "reasoning" if kind == "reasoning" else "message"
-        idx = list(live_ids).index(item_type) if item_type in live_ids else len(live_ids)
-        if item_type not in live_ids:
-            iid = live_ids[item_type] = new_id("rs_" if item_type == "reasoning" else "msg_")
+    def opened(item_type: str, text: str, iid: str | None = None) -> Iterator[bytes]:
+        """Open the ``item_type`` item (under ``iid``, else a new id) if it is not yet open; send ``text`` into it."""
+        if item_type not in opened_items:
+            opened_items[item_type] = (iid or new_id("rs_" if item_type == "reasoning" else "msg_"), len(opened_items))
+            iid, idx = opened_items[item_type]
             if item_type == "reasoning":
                 item = {"id": iid, "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
                 yield ev("response.output_item.added", output_index=idx, item=item)
@@ -133,7 +137,7 @@ async def responses_stream(
                 yield ev("response.output_item.added", output_index=idx, item=item)
                 part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
                 yield ev("response.content_part.added", item_id=iid, output_index=idx, content_index=0, part=part)
-        iid = live_ids[item_type]
+        iid, idx = opened_items[item_type]
         if text and item_type == "reasoning":
             yield ev("response.reasoning_text.delta", item_id=iid, output_index=idx, content_index=0, delta=text)
         elif text:
@@ -147,7 +151,7 @@ async def responses_stream(
         if kind == "ping":
             yield b": ping\n\n"
         else:
-            for event in opened(kind, piece):
+            for event in opened("reasoning" if kind == "reasoning" else "message", piece):
                 yield event
     try:
         res: ChatResult = await live.result()
@@ -157,16 +161,17 @@ async def responses_stream(
     final = build(res)
     reasoning_rest, content_rest = live.rest(res.reasoning, str(res.message.get("content") or ""))
     rests = {"reasoning": reasoning_rest, "message": content_rest}
+    final["output"] = _in_stream_order(final["output"], opened_items, rests)
     for idx, item in enumerate(final["output"]):
         kind = item["type"]
         if kind in ("reasoning", "message"):
-            if kind in live_ids:
-                item["id"] = live_ids[kind]
-            for event in opened("reasoning" if kind == "reasoning" else "content", ""):
+            if kind in opened_items:
+                item["id"] = opened_items[kind][0]
+            for event in opened(kind, "", item["id"]):
                 yield event
             iid = item["id"]
             for piece in chunks(rests[kind]):
-                for event in opened("reasoning" if kind == "reasoning" else "content", piece):
+                for event in opened(kind, piece):
                     yield event
             if kind == "reasoning":
                 text = item["content"][0]["text"]
@@ -198,3 +203,29 @@ async def responses_stream(
             )
         yield ev("response.output_item.done", output_index=idx, item=item)
     yield ev("response.completed", response=final)
+
+
+def _in_stream_order(
+    items: list[dict[str, Any]], live: dict[str, tuple[str, int]], rests: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The final output with the items opened while streaming first, at the places they were opened
+    in, then the others in their own order. An item opened live that the final reply lacks (nothing
+    of it left to say) is closed with the text it streamed, so no opened item is left unfinished."""
+    first = []
+    for kind, _ in sorted(live.items(), key=lambda kv: kv[1][1]):
+        match = next((it for it in items if it["type"] == kind), None)
+        if match is None:
+            text = rests.get(kind, "")
+            if kind == "reasoning":
+                match = {
+                    "type": "reasoning",
+                    "id": "",
+                    "summary": [],
+                    "status": "completed",
+                    "content": [{"type": "reasoning_text", "text": text}],
+                }
+            else:
+                part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+                match = {"type": "message", "id": "", "status": "completed", "role": "assistant", "content": [part]}
+        first.append(match)
+    return first + [it for it in items if all(it is not f for f in first)]
