@@ -31,6 +31,7 @@ here (nothing is built; it runs on lego's own task runtime).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -43,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -69,6 +70,7 @@ __all__ = [
     "pip_command",
     "pip_freeze",
     "pip_install",
+    "resolve_environment_build",
     "run_suite",
     "suite_invocation",
 ]
@@ -289,14 +291,23 @@ def pip_freeze(venv_python: Path) -> list[str]:
     return [line.strip() for line in lines if line.strip()]
 
 
-def _build(env: TaskEnvironment, key: str, scratch: Path, final: Path) -> EnvironmentInfo:
-    started = time.monotonic()
+@contextlib.contextmanager
+def _key_lock(root: Path, key: str) -> Iterator[None]:
+    """Exclusive per key, across threads and processes: a concurrent builder waits, then reuses."""
+    with open(root / f".{key[:_KEY_CHARS]}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _finish(scratch: Path, env: TaskEnvironment, freeze: list[str], started: float) -> Path:
+    """Relocate, compile, describe and move a populated scratch venv to ``env``'s key (the caller
+    holds that key's lock); returns the final path. A built one under the key wins: scratch dropped."""
+    key = environment_key(env)
+    final = scratch.parent / key[:_KEY_CHARS]
+    if _ready(final, key):
+        return final
     interpreter = find_interpreter(env.python)
     version, prefix = _probe(str(interpreter))
-    python = make_venv(env.python, scratch)
-    requirements = effective_requirements(env)
-    pip_install(python, requirements)
-    freeze = pip_freeze(python)
     _relocate(scratch, str(scratch), str(final))
     _compile(scratch, final)
     info = EnvironmentInfo(
@@ -305,19 +316,28 @@ def _build(env: TaskEnvironment, key: str, scratch: Path, final: Path) -> Enviro
         interpreter=str(interpreter),
         python_version=version,
         base_prefix=str(Path(prefix).resolve()),
-        requirements=requirements,
+        requirements=effective_requirements(env),
         plugins=sorted(set(env.plugins)),
         freeze=freeze,
         built_at=datetime.now(UTC).isoformat(timespec="seconds"),
         build_seconds=round(time.monotonic() - started, 1),
     )
     (scratch / ENV_INFO).write_text(info.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    return info
+    if final.exists():  # a stale or foreign directory under our key: never reused
+        shutil.rmtree(final)
+    os.replace(scratch, final)
+    return final
 
 
 def _ready(final: Path, key: str) -> bool:
     info = environment_info(final)
     return info is not None and info.key == key and (final / "bin" / "python").exists()
+
+
+def _scratch(root: Path) -> Path:
+    # The final directory's name is _KEY_CHARS long; a scratch name of the same length means that
+    # rewriting its path never changes a script's shebang form (pip picks one by length).
+    return root / ("." + secrets.token_hex(_KEY_CHARS)[: _KEY_CHARS - 1])
 
 
 def build_environment(env: TaskEnvironment) -> TaskEnvironment:
@@ -328,19 +348,53 @@ def build_environment(env: TaskEnvironment) -> TaskEnvironment:
     if _ready(final, key):
         return env.model_copy(update={"path": str(final)})
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{key[:_KEY_CHARS]}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent builder of this key waits here, then reuses
+    with _key_lock(root, key):
         if _ready(final, key):
             return env.model_copy(update={"path": str(final)})
-        # Same length as the final name, so rewriting the path never changes a shebang's form.
-        scratch = root / ("." + secrets.token_hex(4)[:5] + key[: _KEY_CHARS - 6])
+        started = time.monotonic()
+        scratch = _scratch(root)
         try:
-            _build(env, key, scratch, final)
-            if final.exists():  # a stale or foreign directory under our key: never reused
-                shutil.rmtree(final)
-            os.replace(scratch, final)
+            python = make_venv(env.python, scratch)
+            pip_install(python, effective_requirements(env))
+            final = _finish(scratch, env, pip_freeze(python), started)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+    return env.model_copy(update={"path": str(final)})
+
+
+def resolve_environment_build(
+    python: str,
+    requirements: list[str],
+    *,
+    remove: Sequence[str] = (),
+    import_roots: Sequence[str] = (".",),
+    plugins: Callable[[Path], list[str]] | None = None,
+) -> TaskEnvironment:
+    """Install requirement lines as given (ranges, a local project with extras) and record what pip
+    chose: the returned record's ``requirements`` are ``pip freeze`` (without pip and without the
+    ``remove`` distributions, which are uninstalled first), its ``plugins`` what ``plugins(python)``
+    finds in the venv. The venv is stored under *that* record's key, so it is built exactly once:
+    :func:`build_environment` on the record finds it, and on another machine installs the same pins."""
+    started = time.monotonic()
+    root = cache_dir() / "envs"
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = _scratch(root)
+    try:
+        venv_python = make_venv(python, scratch)
+        pip_install(venv_python, list(requirements))
+        if remove:
+            _run([*pip_command(venv_python), "uninstall", "-y", "-q", *remove], f"pip uninstall {' '.join(remove)}")
+        freeze = pip_freeze(venv_python)
+        dropped = {canonicalize_name(r) for r in (*remove, "pip")}
+        pins = sorted(
+            (line for line in freeze if "==" in line and _requirement_name(line) not in dropped), key=str.lower
+        )
+        found = plugins(venv_python) if plugins else []
+        env = TaskEnvironment(python=python, requirements=pins, import_roots=list(import_roots), plugins=found)
+        with _key_lock(root, environment_key(env)):
+            final = _finish(scratch, env, freeze, started)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return env.model_copy(update={"path": str(final)})
 
 

@@ -30,6 +30,7 @@ from lego.tasks import builtin, starter
 from lego.tasks.checkout import at_base_commit
 from lego.tasks.harbor import HarborSource, is_harbor_source
 from lego.tasks.materialize import cached_repo
+from lego.tasks.realsuite import RealSource, materialize_real
 from lego.tasks.swebench_compat import REQUIRED_FIELDS
 from lego.types import Task
 
@@ -249,6 +250,8 @@ class JsonlSource:
         carries its files and is built here."""
         if not task.repo_path and task.metadata.get("family") == "starter" and "files" in task.metadata:
             return _starter_repo(task)
+        if not task.repo_path and task.metadata.get("family") == "real" and "recipe" in task.metadata:
+            return materialize_real(task)  # what `lego tasks make --out DIR` writes: rebuilt from its sdist
         return at_base_commit(task)
 
     def tasks(self, split: str | None = None) -> Iterator[Task]:
@@ -262,7 +265,7 @@ class JsonlSource:
 
 
 def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
-    """``builtin``, ``starter``, ``boundary`` (each optionally ``:SPLIT``), ``PATH.jsonl`` or
+    """``builtin``, ``starter``, ``boundary``, ``real`` (each optionally ``:SPLIT``), ``PATH.jsonl`` or
     ``PATH.jsonl:SPLIT``, or Harbor tasks (a directory of task directories, one task directory, or a
     ``.parquet``/JSONL index of them; ``:SPLIT`` too, see :mod:`lego.tasks.harbor`) -> a task source."""
     head, sep, tail = spec.rpartition(":")
@@ -272,12 +275,14 @@ def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
         return BuiltinSource(split=tail or None)
     if head in starter.FAMILIES:
         return StarterSource(split=tail or None, family=head)
+    if head == "real":  # the shipped real-project suite (lego/tasks/data/real/manifest.jsonl)
+        return RealSource(split=tail or None)
     path = Path(head).expanduser()
     if is_harbor_source(path):
         return HarborSource(path, split=tail or None)
     if path.suffix not in (".jsonl", ".json") and not path.exists():
         raise TaskError(
-            f"unknown task source {spec!r}; use builtin, starter or boundary (each optionally :train or "
+            f"unknown task source {spec!r}; use builtin, starter, boundary or real (each optionally :train or "
             ":heldout), a .jsonl file or a directory of Harbor task directories"
         )
     return JsonlSource(path, split=tail or None, repos_dir=repos_dir)
