@@ -1,7 +1,7 @@
 """The environment a real project's suite needs, resolved once and recorded pinned.
 
 :func:`resolve_environment` installs the project's runtime and test dependencies (the extras and
-requirement files :func:`lego.tasks.testdeps.test_requirements` found, the recipe's additions, pytest
+requirement files :func:`lego.tasks.testdeps.suite_requirements` found, the recipe's additions, pytest
 and pytest-timeout) into a fresh venv, then records what pip chose (``pip freeze``) and the pytest
 plugins those distributions register (entry point group ``pytest11``). The runtime dependencies
 come from the sdist's core metadata when it is authoritative (2.2+, not dynamic); otherwise the
@@ -30,7 +30,7 @@ from lego.errors import TaskError
 from lego.paths import cache_dir
 from lego.tasks.environments import resolve_environment_build
 from lego.tasks.realrepo import ProjectLayout
-from lego.tasks.testdeps import declared_requirements, test_requirements
+from lego.tasks.testdeps import declared_requirements, suite_requirements
 from lego.tasks.testrun import copy_tree
 from lego.types import TaskEnvironment
 
@@ -95,7 +95,7 @@ def resolve_environment(
     ``extras`` replaces the detected test extras when given; ``add`` are more requirement lines;
     ``drop`` names requirements never installed (tooling the suite does not need, or cannot build).
     """
-    found = test_requirements(layout.root, project)
+    found = suite_requirements(layout.root, project)
     chosen_extras = found.extras if extras is None else list(extras)
     dropped = {canonicalize_name(d) for d in drop}
     lines = [r for r in [*found.requirements, *add] if _name(r) not in dropped]

@@ -1,6 +1,6 @@
 """What a real project's test suite needs besides the project's runtime dependencies.
 
-:func:`test_requirements` reads it from the project's own files, the way its developers declare it:
+:func:`suite_requirements` reads it from the project's own files, the way its developers declare it:
 
 - extras named test / tests / testing (``dev`` only when none of those exists), from PKG-INFO,
   ``*.egg-info/requires.txt``, ``[project.optional-dependencies]`` or setup.cfg;
@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 
 from lego.tasks.realrepo import read_pyproject
 
-__all__ = ["TestRequirements", "declared_requirements", "pytest_addopts", "test_requirements"]
+__all__ = ["SuiteRequirements", "declared_requirements", "pytest_addopts", "suite_requirements"]
 
 _TEST_EXTRAS = ("test", "tests", "testing")
 _TOOLING = {
@@ -49,10 +49,8 @@ _OPTION_PLUGINS = {
 
 
 @dataclass
-class TestRequirements:
+class SuiteRequirements:
     """What a suite needs besides the runtime dependencies, and where each part was read."""
-
-    __test__ = False  # not a pytest test class, whatever its name says
 
     extras: list[str] = field(default_factory=list)
     requirements: list[str] = field(default_factory=list)
@@ -243,9 +241,9 @@ def declared_requirements(root: Path, extras: list[str]) -> list[str] | None:
     return out
 
 
-def test_requirements(root: Path, project: str) -> TestRequirements:
+def suite_requirements(root: Path, project: str) -> SuiteRequirements:
     """The suite's own dependencies, read from the project's files (see the module docstring)."""
-    found = TestRequirements()
+    found = SuiteRequirements()
     declared = _extras(root)
     test_extras = _pick(declared)
     if test_extras:
@@ -264,7 +262,7 @@ def test_requirements(root: Path, project: str) -> TestRequirements:
             *root.glob("requirements-test*.txt"),
             *root.glob("requirements_test*.txt"),
             *root.glob("test-requirements*.txt"),
-            *root.glob("test_requirements*.txt"),
+            *root.glob("suite_requirements*.txt"),
             *root.glob("requirements/test*.txt"),
             *root.glob("tests/requirements*.txt"),
         }
