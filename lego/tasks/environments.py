@@ -9,11 +9,13 @@ is used with the venv, not what is in it).
 
 How a build goes, and why:
 
-1. Find the interpreter: ``""`` is the base interpreter under lego's own (``sys.base_prefix``), a
-   version ``"3.X"`` is a ``python3.X`` on PATH or in pyenv's versions, an absolute path is itself.
+1. Find the interpreter (:func:`lego.tasks.venvs.find_interpreter`: ``""`` is the base interpreter
+   under lego's own, ``"3.X"`` a ``python3.X`` on PATH or in pyenv, an absolute path itself).
 2. ``python -m venv`` into a scratch directory beside the final one (same filesystem, and a name of
    the same length, so a script's shebang keeps its form when the path is rewritten), then
    ``pip install`` the requirements (pytest added when absent), without writing bytecode.
+   :func:`resolve_environment_build` installs unpinned lines instead and keys the venv by the
+   pinned record it recorded (``pip freeze``), so a resolution is also the build.
 3. Rewrite the scratch path to the final path in ``bin/`` (console-script shebangs, ``activate``)
    and ``pyvenv.cfg``: sandboxes bind the venv read-only *at its final host path*, so every script
    must name that path.
@@ -33,15 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import hashlib
 import json
 import os
-import re
 import secrets
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -55,6 +53,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from lego.errors import TaskError
 from lego.paths import cache_dir
 from lego.tasks.testrun import SuiteResult, run_pytest
+from lego.tasks.venvs import (
+    find_interpreter,
+    interpreter_info,
+    make_venv,
+    pip_command,
+    pip_freeze,
+    pip_install,
+    precompile,
+    relocate,
+    run_tool,
+)
 from lego.types import TaskEnvironment
 
 __all__ = [
@@ -65,11 +74,6 @@ __all__ = [
     "environment_info",
     "environment_key",
     "environment_python",
-    "find_interpreter",
-    "make_venv",
-    "pip_command",
-    "pip_freeze",
-    "pip_install",
     "resolve_environment_build",
     "run_suite",
     "suite_invocation",
@@ -80,8 +84,6 @@ ENV_INFO = "lego_env.json"
 
 _FORMAT = "lego-env-1"  # bump when the build recipe changes what ends up in a venv
 _KEY_CHARS = 20  # of the hex key in the directory name: shebangs stay short, 80 bits stay unique
-_PIP_TIMEOUT = 1800.0
-_TAIL_LINES = 25
 
 
 class EnvironmentInfo(BaseModel):
@@ -99,67 +101,6 @@ class EnvironmentInfo(BaseModel):
     freeze: list[str] = Field(description="`pip freeze --all` after the install: what the venv holds.")
     built_at: str = Field(description="UTC time the build finished (ISO 8601).")
     build_seconds: float = 0.0
-
-
-# -- the interpreter --------------------------------------------------------------------------
-
-
-@functools.cache
-def _probe(interpreter: str) -> tuple[str, str]:
-    """(version, base prefix) of an interpreter, asked once per process. Works back to Python 3.6."""
-    code = "import sys, json; print(json.dumps(['%d.%d.%d' % sys.version_info[:3], sys.base_prefix]))"
-    try:
-        proc = subprocess.run([interpreter, "-I", "-c", code], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TaskError(f"interpreter {interpreter} cannot be run ({exc}); fix or remove it") from exc
-    if proc.returncode != 0:
-        raise TaskError(f"interpreter {interpreter} cannot be run: {proc.stderr.strip()[-500:]}")
-    version, prefix = json.loads(proc.stdout)
-    return str(version), str(prefix)
-
-
-def _version_key(path: Path) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", path.name)[:3])
-
-
-def find_interpreter(python: str) -> Path:
-    """The base interpreter for a record's ``python`` field (see the module docstring).
-
-    Raises :class:`TaskError` naming the version and how to install it when none is found.
-    """
-    if not python:
-        minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
-        for candidate in (Path(sys.base_prefix) / "bin" / minor, Path(sys.base_prefix) / "bin" / "python3"):
-            if candidate.exists():
-                return candidate
-        return Path(sys.executable)
-    if os.path.isabs(python):
-        if not os.access(python, os.X_OK):
-            raise TaskError(f"the task environment's interpreter {python} does not exist on this host")
-        return Path(python)
-    if not re.fullmatch(r"\d+\.\d+", python):
-        raise TaskError(f'environment.python must be "", a version like "3.11" or an absolute path; got {python!r}')
-    found = shutil.which(f"python{python}")
-    if found:
-        return Path(found)
-    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    versions = sorted(
-        (
-            d
-            for d in (pyenv_root / "versions").glob(f"{python}.*")
-            if re.fullmatch(rf"{re.escape(python)}\.\d+", d.name)
-        ),
-        key=_version_key,
-    )
-    for version_dir in reversed(versions):
-        candidate = version_dir / "bin" / f"python{python}"
-        if candidate.exists():
-            return candidate
-    raise TaskError(
-        f"no Python {python} on this host (looked for python{python} on PATH and in {pyenv_root}/versions); "
-        f"install it (`pyenv install {python}` or your OS's python{python} package) or set the task's "
-        'environment.python to "" to use the interpreter lego runs on'
-    )
 
 
 # -- the key ----------------------------------------------------------------------------------
@@ -183,7 +124,7 @@ def effective_requirements(env: TaskEnvironment) -> list[str]:
 def environment_key(env: TaskEnvironment) -> str:
     """sha256 over what goes into the venv: interpreter version, requirements, plugins."""
     interpreter = find_interpreter(env.python)
-    version, _ = _probe(str(interpreter))
+    version, _ = interpreter_info(str(interpreter))
     content = {
         "format": _FORMAT,
         "python": version,
@@ -215,82 +156,6 @@ def environment_python(env: TaskEnvironment) -> Path:
 # -- building ---------------------------------------------------------------------------------
 
 
-def _run(cmd: list[str], what: str, timeout: float = _PIP_TIMEOUT) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as exc:
-        raise TaskError(f"environment build: {what} took over {timeout:.0f}s and was stopped") from exc
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-_TAIL_LINES:])
-        raise TaskError(f"environment build: {what} failed (exit {proc.returncode}):\n{tail}")
-    return proc.stdout
-
-
-def _relocate(venv: Path, old: str, new: str) -> None:
-    """Replace the build path by the final path in every text file of ``bin/`` and in ``pyvenv.cfg``."""
-    files = [venv / "pyvenv.cfg", *(p for p in (venv / "bin").iterdir() if p.is_file() and not p.is_symlink())]
-    for path in files:
-        data = path.read_bytes()
-        if old.encode() not in data or b"\0" in data[:1024]:
-            continue
-        mode = path.stat().st_mode
-        path.write_bytes(data.replace(old.encode(), new.encode()))
-        path.chmod(mode)
-
-
-def _compile(venv: Path, final: Path) -> None:
-    """Bytecode for every module in the venv, each naming its file at the final path."""
-    python = str(venv / "bin" / "python")
-    for lib in ("lib", "lib64"):
-        tree = venv / lib
-        if tree.is_dir() and not tree.is_symlink():
-            # The venv's own interpreter compiles (its bytecode format); errors in files no import
-            # will ever load (py2-only examples, templates) must not fail the build.
-            command = [python, "-m", "compileall", "-q", "-f", "-j", "0", "-d", str(final / lib), str(tree)]
-            subprocess.run(command, capture_output=True, timeout=_PIP_TIMEOUT)
-
-
-def make_venv(python: str, dest: Path) -> Path:
-    """A fresh venv at ``dest`` made by the interpreter for ``python``; returns its python.
-
-    From Python 3.7 on the venv gets no pip of its own (lego's pip installs into it with ``--python``:
-    no ensurepip run, nothing of pip's to compile or to bind into sandboxes); older interpreters,
-    which lego's pip cannot drive, get their bundled pip.
-    """
-    interpreter = find_interpreter(python)
-    version, _ = _probe(str(interpreter))
-    own_pip = [] if _version_tuple(version) < (3, 7) else ["--without-pip"]
-    _run(
-        [str(interpreter), "-m", "venv", *own_pip, str(dest)], f"creating a venv with {interpreter} (Python {version})"
-    )
-    return dest / "bin" / "python"
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".")[:2])
-
-
-def pip_command(venv_python: Path) -> list[str]:
-    """How to run pip for a venv made by :func:`make_venv`."""
-    if (venv_python.parent / "pip").exists():
-        return [str(venv_python), "-m", "pip"]
-    return [sys.executable, "-m", "pip", "--python", str(venv_python)]
-
-
-def pip_install(venv_python: Path, requirements: list[str]) -> None:
-    """``pip install`` into a venv, no bytecode written; a TaskError with pip's tail when it fails."""
-    flags = ["--no-compile", "--no-input", "--progress-bar", "off", "-q"]
-    _run([*pip_command(venv_python), "install", *flags, *requirements], f"pip install {' '.join(requirements)}")
-
-
-def pip_freeze(venv_python: Path) -> list[str]:
-    """``pip freeze --all`` of a venv: what it holds, one ``name==version`` a line."""
-    lines = _run([*pip_command(venv_python), "freeze", "--all"], "pip freeze").splitlines()
-    return [line.strip() for line in lines if line.strip()]
-
-
 @contextlib.contextmanager
 def _key_lock(root: Path, key: str) -> Iterator[None]:
     """Exclusive per key, across threads and processes: a concurrent builder waits, then reuses."""
@@ -307,9 +172,9 @@ def _finish(scratch: Path, env: TaskEnvironment, freeze: list[str], started: flo
     if _ready(final, key):
         return final
     interpreter = find_interpreter(env.python)
-    version, prefix = _probe(str(interpreter))
-    _relocate(scratch, str(scratch), str(final))
-    _compile(scratch, final)
+    version, prefix = interpreter_info(str(interpreter))
+    relocate(scratch, str(scratch), str(final))
+    precompile(scratch, final)
     info = EnvironmentInfo(
         key=key,
         python=env.python,
@@ -383,7 +248,7 @@ def resolve_environment_build(
         venv_python = make_venv(python, scratch)
         pip_install(venv_python, list(requirements))
         if remove:
-            _run([*pip_command(venv_python), "uninstall", "-y", "-q", *remove], f"pip uninstall {' '.join(remove)}")
+            run_tool([*pip_command(venv_python), "uninstall", "-y", "-q", *remove], f"pip uninstall {' '.join(remove)}")
         freeze = pip_freeze(venv_python)
         dropped = {canonicalize_name(r) for r in (*remove, "pip")}
         pins = sorted(

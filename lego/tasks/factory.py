@@ -20,8 +20,8 @@ No model is involved. For one project (:func:`make_project`):
    on the mutant too, ``test_patch`` = the test files holding FAIL_TO_PASS tests (hidden from the
    agent's repo), ``patch`` = the gold fix, the bug report from the observed failures
    (:mod:`lego.tasks.bugreport`), and the recipe that rebuilds the repo (sdist name, version and
-   sha256, the mutation). Each task's repo is materialised once to fix its ``base_commit``, and the
-   gold tree (repo + patch + test_patch) is checked to be byte-identical to the pristine project.
+   sha256, the mutation): :func:`lego.tasks.realtask.task_record`, which also materialises the repo
+   once to fix ``base_commit`` and checks the gold tree is byte-identical to the pristine project.
 
 Mutant runs have a per-test timeout (thread method: a hung mutant ends its run) and a memory cap,
 so an infinite loop or a runaway allocation costs one run, not the machine.
@@ -29,9 +29,7 @@ so an infinite loop or a runaway allocation costs one run, not the machine.
 
 from __future__ import annotations
 
-import hashlib
 import random
-import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -44,10 +42,7 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, Field
 
 from lego.errors import TaskError
-from lego.tasks.bugreport import bug_report
-from lego.tasks.diffs import file_diff, new_file_diff
 from lego.tasks.environments import build_environment, run_suite
-from lego.tasks.materialize import git_env, materialize_repo
 from lego.tasks.mutations import Mutation, find_mutations, interleave_kinds
 from lego.tasks.projectenv import resolve_environment
 from lego.tasks.realrepo import (
@@ -59,13 +54,12 @@ from lego.tasks.realrepo import (
     project_name,
     unpack_sdist,
 )
+from lego.tasks.realtask import task_record
 from lego.tasks.testrun import SuiteResult, copy_tree
 from lego.types import Task, TaskEnvironment
 
 __all__ = ["MakeOptions", "Project", "ProjectResult", "ProjectSpec", "make_project", "prepare_project"]
 
-FAMILY = "real"
-TEST_CMD = "python -m pytest"
 _PROGRESS = Callable[[str, str], None]
 
 
@@ -314,82 +308,6 @@ def _in_order(project: Project, queue: Iterator[Mutation], base: Baseline, optio
 # -- tasks ------------------------------------------------------------------------------------
 
 
-def mutation_id(mutation: Mutation) -> str:
-    key = f"{mutation.file}\0{mutation.start}\0{mutation.end}\0{mutation.replacement}"
-    return hashlib.sha256(key.encode()).hexdigest()[:10]
-
-
-def _tree_digest(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and ".git" not in p.relative_to(root).parts and "__pycache__" not in p.parts
-    }
-
-
-def _task(project: Project, spec: ProjectSpec, outcome: Outcome, options: MakeOptions) -> Task:
-    mutation = outcome.mutation
-    gold = (project.root / mutation.file).read_bytes().decode("utf-8")
-    patch = file_diff(mutation.file, mutation.apply(gold), gold)
-    hidden = sorted({t.split("::")[0] for t in outcome.fail_to_pass})
-    sources = {f: (project.root / f).read_bytes().decode("utf-8", errors="replace") for f in hidden}
-    test_patch = "".join(new_file_diff(f, sources[f]) for f in hidden)
-    focus = mutation.scope.split(".")[-1] if mutation.scope else ""
-    statement = bug_report(
-        f"{project.name}", project.packages, outcome.fail_to_pass, outcome.messages, sources, patch, focus=focus
-    )
-    name = canonicalize_name(project.name)
-    recipe = {
-        "origin": project.origin,
-        "mutation": {
-            "file": mutation.file,
-            "line": mutation.line,
-            "start": mutation.start,
-            "end": mutation.end,
-            "original": gold[mutation.start : mutation.end],
-            "replacement": mutation.replacement,
-            "kind": mutation.kind,
-            "scope": mutation.scope,
-        },
-    }
-    task = Task(
-        instance_id=f"{name}-{project.version}-{mutation_id(mutation)}",
-        repo=f"pypi/{name}",
-        problem_statement=statement,
-        patch=patch,
-        test_patch=test_patch,
-        FAIL_TO_PASS=outcome.fail_to_pass,
-        PASS_TO_PASS=[t for t in outcome.pass_to_pass if t not in outcome.fail_to_pass],
-        version=project.version,
-        test_cmd=TEST_CMD,
-        environment=project.environment,
-        split=spec.split,
-        metadata={
-            "family": FAMILY,
-            "project": project.name,
-            "mutation_kind": mutation.kind,
-            "file": mutation.file,
-            "line": mutation.line,
-            "function": mutation.scope,
-            "hidden_tests": hidden,
-            "seed": options.seed,
-            "recipe": recipe,
-        },
-    )
-    with tempfile.TemporaryDirectory(prefix="lego-base-") as tmp:
-        repo = Path(tmp) / "repo"
-        task.base_commit = materialize_repo(project.root, patch, test_patch, repo)
-        for diff in (patch, test_patch):
-            applied = subprocess.run(
-                ["git", "apply", "-"], cwd=repo, input=diff, text=True, env=git_env(), capture_output=True, check=False
-            )
-            if applied.returncode != 0:
-                raise TaskError(f"{task.instance_id}: a patch does not apply to its own repo: {applied.stderr[-500:]}")
-        if _tree_digest(repo) != _tree_digest(project.root):
-            raise TaskError(f"{task.instance_id}: the repo plus the gold and test patches is not the pristine project")
-    return task
-
-
 def make_project(spec: ProjectSpec, options: MakeOptions, progress: _PROGRESS | None = None) -> ProjectResult:
     """Validated tasks for one project, and why every other candidate was dropped (module docstring)."""
     say = progress or (lambda _project, _message: None)
@@ -432,7 +350,10 @@ def make_project(spec: ProjectSpec, options: MakeOptions, progress: _PROGRESS | 
                 accepted.append(outcome)
             say(project.name, f"{len(accepted)} kept / {result.evaluated} tried")
         accepted.sort(key=lambda o: (o.mutation.file, o.mutation.start, o.mutation.end, o.mutation.replacement))
-        result.tasks = [_task(project, spec, outcome, options) for outcome in accepted]
+        result.tasks = [
+            task_record(project, spec.split, o.mutation, o.fail_to_pass, o.pass_to_pass, o.messages, options.seed)
+            for o in accepted
+        ]
     except TaskError as exc:
         result.error = str(exc)
     result.seconds = time.monotonic() - started

@@ -12,12 +12,8 @@ from pathlib import Path
 import pytest
 
 from lego.errors import TaskError
-from lego.tasks.environments import (
-    build_environment,
-    environment_info,
-    environment_key,
-    find_interpreter,
-)
+from lego.tasks.environments import build_environment, environment_info, environment_key
+from lego.tasks.venvs import find_interpreter
 from lego.types import TaskEnvironment
 
 RECORD = TaskEnvironment(requirements=["iniconfig==2.0.0"])
