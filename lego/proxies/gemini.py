@@ -39,7 +39,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lego.proxies.errors import ApiError, error_body
 from lego.proxies.service import ChatRequest, ChatResult
@@ -59,6 +59,7 @@ INERT_FIELDS = frozenset(
         "thoughtSignature",
     }
 )
+_SMALLEST_TOP_P = 1e-9
 _MODEL_PART_KEYS = frozenset({"text", "thought", "functionCall"})
 _USER_PART_KEYS = frozenset({"text", "functionResponse"})
 _GENERATION_FIELDS = frozenset(
@@ -184,21 +185,46 @@ def _tool_choice(config: dict[str, Any] | None, tools: list[dict[str, Any]]) -> 
     )
 
 
+class _Ranges(BaseModel):
+    """The ranges the Gemini API documents for ``generationConfig``'s sampling fields."""
+
+    model_config = ConfigDict(extra="ignore")
+    temperature: float | None = Field(None, ge=0, le=2)
+    topP: float | None = Field(None, ge=0, le=1)
+    topK: int | None = Field(None, ge=0)
+    maxOutputTokens: int | None = Field(None, ge=1)
+    stopSequences: list[str] | None = Field(None, max_length=5)
+    seed: int | None = None
+
+
+def _checked(g: dict[str, Any]) -> _Ranges:
+    """``g``'s sampling fields, or a 400 naming the first that is out of range (Gemini's error has no
+    ``param``: the message names it)."""
+    try:
+        return _Ranges.model_validate(g)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "generationConfig." + ".".join(str(x) for x in first["loc"])
+        raise ApiError(400, f"{where}: {first['msg']} (got {first.get('input')!r})", param=where) from exc
+
+
 def _generation(config: dict[str, Any] | None) -> dict[str, Any]:
     """ChatRequest keyword arguments from ``generationConfig``."""
     g = _camel(config or {})
     refuse_fields(g, "generationConfig", _GENERATION_FIELDS)
+    ranges = _checked(g)
     if g.get("candidateCount") not in (None, 1):
         raise refuse("generationConfig.candidateCount", "only one candidate is sampled per call")
     if g.get("responseMimeType") not in (None, "text/plain"):
         raise refuse("generationConfig.responseMimeType", "structured output is not enforced by this proxy")
     out: dict[str, Any] = {
-        "temperature": g.get("temperature"),
-        "top_p": g.get("topP"),
-        "top_k": g.get("topK"),
-        "max_tokens": g.get("maxOutputTokens"),
-        "stop": list(g.get("stopSequences") or []),
-        "seed": g.get("seed"),
+        "temperature": ranges.temperature,
+        # topP 0 keeps only the most likely token: the smallest nucleus there is
+        "top_p": None if ranges.topP is None else max(ranges.topP, _SMALLEST_TOP_P),
+        "top_k": ranges.topK,
+        "max_tokens": ranges.maxOutputTokens,
+        "stop": list(ranges.stopSequences or []),
+        "seed": ranges.seed,
         "chat_template_kwargs": {},
     }
     thinking = _camel(g.get("thinkingConfig"))

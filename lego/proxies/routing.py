@@ -56,6 +56,14 @@ def _validation_message(exc: ValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+def _validation_param(exc: ValidationError) -> str | None:
+    """The dotted path of the first invalid field (the OpenAI error's ``param``)."""
+    errors = exc.errors()
+    if not errors:
+        return None
+    return ".".join(str(x) for x in errors[0]["loc"]) or None
+
+
 def _given_key(request: Request) -> str:
     """The API key as each API's clients send it: ``Authorization: Bearer``, ``x-api-key``, or
     Gemini's ``x-goog-api-key`` header or ``?key=`` query parameter."""
@@ -113,7 +121,7 @@ class FaceRouting:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            raise ApiError(400, _validation_message(exc)) from exc
+            raise ApiError(400, _validation_message(exc), param=_validation_param(exc)) from exc
 
     @staticmethod
     async def guarded(request: Request, coro: Coroutine[Any, Any, T]) -> T:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import hashlib
 
+from pydantic import ValidationError
+
 from lego.config import ProxyConfig
 from lego.errors import ContextOverflowError
 from lego.proxies.canonical import ChatFormatLike, ChatRequest
+from lego.proxies.errors import ApiError
 from lego.proxies.sessions import Session
 from lego.types import Generation, SamplingParams
 
@@ -45,9 +48,14 @@ def sampling_params(
     temperature = 1.0 if req.temperature is None else float(req.temperature)
     top_p = 1.0 if req.top_p is None else float(req.top_p)
     top_k = req.top_k or 0
-    params = SamplingParams(
-        temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, stop_token_ids=eos, seed=seed
-    )
+    try:
+        params = SamplingParams(
+            temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, stop_token_ids=eos, seed=seed
+        )
+    except ValidationError as exc:  # every face checks its API's ranges first; this is the last line
+        first = exc.errors()[0]
+        name = ".".join(str(x) for x in first["loc"])
+        raise ApiError(400, f"{name}: {first['msg']} (got {first.get('input')!r})", param=name) from exc
     return params, headers
 
 
