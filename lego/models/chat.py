@@ -352,20 +352,26 @@ class ChatFormat:
             raise ChatFormatError("the chat template's generation prompt is not an append-only suffix")
         return self.encode(full_text[len(base_text) :])
 
-    def parse(self, token_ids: list[int], tools: Tools = None, id_salt: str = "") -> ParsedCompletion:
+    def parse(
+        self, token_ids: list[int], tools: Tools = None, id_salt: str = "", stop: str | None = None
+    ) -> ParsedCompletion:
         """Turn generated ids into content, reasoning and tool calls.
 
         A final stop id (the end-of-turn token, an eos) is dropped and sets ``finished``. ``tools``
         (optional) types qwen3-coder parameter values by their JSON schema. ``id_salt`` (e.g. the
         session id and turn number) makes tool-call ids unique across turns; within one
-        completion they are always unique.
+        completion they are always unique. ``stop``: the stop sequence that ended the generation;
+        the text is cut at the character where it first begins (the ids may run past it).
         """
         ids = list(token_ids)
         finished = bool(ids) and ids[-1] in self.eos_token_ids
         if finished:
             ids = ids[:-1]
+        text = self.decode(ids)
+        if stop and stop in text:
+            text, finished = text[: text.index(stop)], True
         return parse_completion_text(
-            self.decode(ids), finished=finished, tools=tools, id_salt=id_salt, parser=self.tool_call_format
+            text, finished=finished, tools=tools, id_salt=id_salt, parser=self.tool_call_format
         )
 
     @staticmethod

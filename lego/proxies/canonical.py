@@ -25,7 +25,11 @@ class ChatFormatLike(ChatTemplate, Protocol):
     """The chat format the proxy needs: the recorder's template plus completion parsing."""
 
     def parse(
-        self, token_ids: list[int], tools: list[dict[str, Any]] | None = None, id_salt: str = ""
+        self,
+        token_ids: list[int],
+        tools: list[dict[str, Any]] | None = None,
+        id_salt: str = "",
+        stop: str | None = None,
     ) -> ParsedCompletion: ...
 
     def to_message(self, parsed: ParsedCompletion) -> Message: ...

@@ -70,29 +70,67 @@ def generation_seed(session_seed: int | None, index: int, request_seed: int | No
 
 
 def apply_stop(chat: ChatFormatLike, gen: Generation, stops: list[str]) -> tuple[Generation, str | None]:
-    """Cut at the first stop string: keep the longest token prefix whose text holds none."""
-    if not stops or not gen.token_ids:
+    """Cut at the first stop string: ``(the shortest token prefix whose text holds it, the stop)``.
+
+    The ids run through the token that completes the stop (the policy sampled them, as vLLM returns
+    them); the reply's text is cut where the stop begins, by the character (``ChatFormat.parse``'s
+    ``stop``), so nothing before it is lost and nothing of it is kept. A constrained generation (a
+    forced tool call) is structure the API promised: stop strings do not cut it."""
+    if not stops or not gen.token_ids or gen.constrained:
         return gen, None
     text = chat.decode(gen.token_ids)
-    hits = [(text.find(st), st) for st in stops if st and st in text]
+    hits = [(text.find(st), -len(st), st) for st in stops if st and st in text]
     if not hits:
         return gen, None
-    _, first = min(hits)
-    lo, hi = 0, len(gen.token_ids)  # the smallest n whose decoded prefix contains a stop string
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if any(st in chat.decode(gen.token_ids[: mid + 1]) for st in stops if st):
-            hi = mid
-        else:
-            lo = mid + 1
-    n = lo
+    at, _, first = min(hits)
+    end = at + len(first)
+    n = _covering(chat, gen.token_ids, end)
     cut = gen.model_copy(update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"})
     return cut, first
 
 
-def token_logprobs(chat: ChatFormatLike, gen: Generation) -> list[tuple[str, float]]:
-    """(token text, logprob) of each sampled token, the final end-of-turn left out."""
+def _offsets(chat: ChatFormatLike, ids: list[int]) -> list[int]:
+    """``offsets[k]``: the length of the text of ``ids[:k]`` (k = 0 .. len(ids))."""
+    pieces = [chat.decode([t]) for t in ids]
+    whole = chat.decode(ids)
+    if "".join(pieces) == whole:
+        out = [0]
+        for piece in pieces:
+            out.append(out[-1] + len(piece))
+        return out
+    # tokens that split a character (byte pieces): measure each prefix instead
+    return [len(chat.decode(ids[:k])) for k in range(len(ids) + 1)]
+
+
+def _covering(chat: ChatFormatLike, ids: list[int], chars: int) -> int:
+    """The fewest leading tokens whose text is at least ``chars`` characters long."""
+    offsets = _offsets(chat, ids)
+    return next((k for k, off in enumerate(offsets) if off >= chars), len(ids))
+
+
+def token_logprobs(chat: ChatFormatLike, gen: Generation, content: str) -> list[tuple[str, float]]:
+    """(token text, logprob) of the tokens that make up ``content`` (the reply's text), each cut to
+    its part of it, so the token texts join to exactly ``content``: whitespace the reply trims, a
+    reasoning block, tool calls and a stop string are left out. Where ``content`` is not one run of
+    the generated text (text around a tool call) the tokens are matched to it character by character."""
     ids, lps = gen.token_ids, gen.logprobs
     if ids and ids[-1] in chat.eos_token_ids:
         ids, lps = ids[:-1], lps[:-1]
-    return [(chat.decode([t]), float(lp)) for t, lp in zip(ids, lps, strict=True)]
+    if not content:
+        return []
+    text = chat.decode(ids)
+    offsets = _offsets(chat, ids)
+    start = text.rfind(content)
+    if start >= 0:
+        keep = [start <= i < start + len(content) for i in range(len(text))]
+    else:  # in order, character by character (the parts between tool calls)
+        keep, j = [False] * len(text), 0
+        for i, ch in enumerate(text):
+            if j < len(content) and ch == content[j]:
+                keep[i], j = True, j + 1
+    out = []
+    for k, lp in enumerate(lps):
+        piece = "".join(ch for i, ch in enumerate(text[offsets[k] : offsets[k + 1]], offsets[k]) if keep[i])
+        if piece:
+            out.append((piece, float(lp)))
+    return out

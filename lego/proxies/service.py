@@ -268,7 +268,9 @@ class ProxyService:
             if wanted is not None or not req.parallel_tool_calls:
                 gen = end_after_first_call(self.chat, gen)
             s.calls += 1
-            parsed = self.chat.parse(forced_ids + gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}")
+            parsed = self.chat.parse(
+                forced_ids + gen.token_ids, req.tools or None, id_salt=f"{session_id}:{s.calls}", stop=stop_hit
+            )
             message = self.chat.to_message(parsed)
             if req.tool_choice == "none" and message.get("tool_calls"):
                 message = {"role": "assistant", "content": parsed.text or message.get("content") or ""}
@@ -290,7 +292,7 @@ class ProxyService:
             completion_tokens=len(gen.token_ids),
             headers=headers,
             stop_sequence=stop_hit,
-            token_logprobs=token_logprobs(self.chat, gen) if req.logprobs else None,
+            token_logprobs=token_logprobs(self.chat, gen, str(message.get("content") or "")) if req.logprobs else None,
             prefill=req.prefill,
         )
 

@@ -125,10 +125,10 @@ def check_tool_choice(s: Session, req: ChatRequest, message: Message, gen: Gener
 def end_after_first_call(chat: ChatFormatLike, gen: Generation) -> Generation:
     """Keep the sampled ids up to and including the token that closes the first tool call
     (a prefix of what was sampled, so ids and logprobs stay exact): one call per turn."""
-    cut, hit = apply_stop(chat, gen, [_CALL_CLOSE])  # cut just before the closing token
+    cut, hit = apply_stop(chat, gen.model_copy(update={"constrained": False}), [_CALL_CLOSE])
     if hit is None:
         return gen
-    n = len(cut.token_ids) + 1
+    n = len(cut.token_ids)
     return gen.model_copy(
         update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"}
     )

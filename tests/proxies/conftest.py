@@ -3,6 +3,7 @@
 ``ScriptedEngine`` is the one test double: it plays chosen completions (so a conversation can use
 tools deterministically, which a randomly initialised model never would) and takes each token's
 logprob from the real model by teacher forcing, so every recorded logprob is still real.
+``StreamingScript`` is the same, handing its ids to ``on_tokens`` one at a time as a real engine does.
 """
 
 from __future__ import annotations
@@ -64,6 +65,23 @@ class ScriptedEngine:
         return None
 
 
+class StreamingScript(ScriptedEngine):
+    """The scripted engine, streaming its ids one by one (so the proxy's stream path runs)."""
+
+    async def generate(  # type: ignore[override]
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: Any = None,
+    ) -> Generation:
+        gen = await super().generate(prompt_ids, sampling, context)
+        for tok in gen.token_ids:
+            if on_tokens is not None:
+                on_tokens([tok])
+        return gen
+
+
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_model_dir: Path) -> Any:
     from lego.engines.transformers_engine import TransformersEngine
@@ -86,4 +104,12 @@ def scripted(tiny_engine: Any, chat_format: Any) -> Iterator[tuple[ProxyServer, 
     # about splicing sampled ids, so reasoning stays in context (template policy: tests/families).
     config = ProxyConfig(port=0, default_max_tokens=256, reasoning_history="keep")
     with ProxyServer(engine, chat_format, config) as srv:  # type: ignore[arg-type]
+        yield srv, engine
+
+
+@pytest.fixture()
+def streaming(tiny_engine: Any, chat_format: Any) -> Iterator[tuple[ProxyServer, StreamingScript]]:
+    """A proxy serving scripted completions token by token (its stream path runs as with a real engine)."""
+    engine = StreamingScript(tiny_engine, chat_format)
+    with ProxyServer(engine, chat_format, ProxyConfig(port=0, default_max_tokens=256)) as srv:  # type: ignore[arg-type]
         yield srv, engine

@@ -7,16 +7,13 @@ calls, from an engine that streams its tokens one by one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from lego.config import ProxyConfig
 from lego.proxies.server import ProxyServer
-from lego.types import Generation, RequestContext, SamplingParams
-from tests.proxies.conftest import ScriptedEngine
+from tests.proxies.conftest import StreamingScript
 
 CALL = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'
 TOOLS = [
@@ -26,30 +23,6 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
     }
 ]
-
-
-class StreamingScript(ScriptedEngine):
-    """The scripted engine, handing its ids to ``on_tokens`` one at a time as a real engine does."""
-
-    async def generate(  # type: ignore[override]
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        context: RequestContext | None = None,
-        on_tokens: Any = None,
-    ) -> Generation:
-        gen = await super().generate(prompt_ids, sampling, context)
-        for tok in gen.token_ids:
-            if on_tokens is not None:
-                on_tokens([tok])
-        return gen
-
-
-@pytest.fixture()
-def streaming(tiny_engine: Any, chat_format: Any) -> Iterator[tuple[ProxyServer, StreamingScript]]:
-    engine = StreamingScript(tiny_engine, chat_format)
-    with ProxyServer(engine, chat_format, ProxyConfig(port=0, default_max_tokens=256)) as srv:  # type: ignore[arg-type]
-        yield srv, engine
 
 
 def read(srv: ProxyServer, session: str, **extra: Any) -> tuple[list[Any], Any]:
