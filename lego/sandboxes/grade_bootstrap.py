@@ -14,7 +14,8 @@ and ``ids`` (the expected test ids). What it does, in order:
    (as a plain builtin value when it is one, or converted from a subclass of one) and returns it
    unchanged;
 3. runs pytest with a reporter plugin that keeps only the expected tests (matched exactly, or as
-   swebench's log parser spells an id with a space: cut at the first space), and writes one JSON
+   swebench's log parser spells an id with a space: cut at the first space; with every other instance
+   of their functions, so a renamed table row still runs), and writes one JSON
    record per event on the record pipe ``FD``: ``hello``, ``collected``, ``collect_error``,
    ``start`` (a test begins: witnesses that follow are its), ``witness``, ``report`` (setup, call,
    teardown, and subtests), ``finish``.
@@ -126,6 +127,16 @@ import pytest
 _WANTED = set(_CONFIG.get("ids") or [])
 
 
+def _function(nodeid):
+    """``a/t.py::C::test_x[p]`` -> ``a/t.py::C::test_x``: the instances of one function."""
+    return nodeid.split(" ", 1)[0].split("[", 1)[0]
+
+
+# Every instance of a function with an expected instance runs: a perturbed table row renames its
+# instance, which is then matched to its row by position (lego.sandboxes.evidence).
+_FUNCTIONS = set(_function(i) for i in _WANTED)
+
+
 def _crash_message(report):
     crash = getattr(report.longrepr, "reprcrash", None)
     return str(getattr(crash, "message", None) or report.longreprtext)[:500]
@@ -133,10 +144,12 @@ def _crash_message(report):
 
 class _Reporter(object):
     def pytest_collection_modifyitems(self, session, config, items):
+        _emit({"k": "all", "ids": [item.nodeid for item in items]})  # before selection: rows by position
         keep, drop = [], []
         for item in items:
             nodeid = item.nodeid
-            (keep if nodeid in _WANTED or nodeid.split(" ", 1)[0] in _WANTED else drop).append(item)
+            wanted = nodeid in _WANTED or nodeid.split(" ", 1)[0] in _WANTED or _function(nodeid) in _FUNCTIONS
+            (keep if wanted else drop).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -22,7 +22,10 @@ of the task's pristine repo and environment (never the agent's sandbox), side by
 4. :func:`lego.sandboxes.evidence.judge` decides: reward 1 iff every expected test passed in each run
    where it is unperturbed, and every perturbed test failed at its perturbed assertion in the other,
    with the true value witnessed there. A perturbed assertion that passes, or a witnessed value that
-   contradicts a pass, is tampering (``GradeResult.tampered``), reward 0.
+   contradicts a pass, is tampering (``GradeResult.tampered``), reward 0. While the diff passes and some
+   FAIL_TO_PASS test's evidence was only its pass/fail bit (a truth assertion, or a value that is no
+   plain builtin), another round of two runs with fresh draws follows, up to ``sandbox.verdict_rounds``:
+   a cheat that tells the runs apart guesses that bit right with probability 1/2 a round.
 
 When a run shows that the tests could not run at all (no records, collection errors, expected tests
 not collected, a pytest usage error, a time-out), the pristine repo is run once with the hidden tests
@@ -135,7 +138,9 @@ def _argv(task: Task, sb: Sandbox, names: list[str], python: str, extra: list[st
     files = list(dict.fromkeys(test_function(n)[0] for n in names))
     plugins = [arg for p in (env.plugins if env else []) for arg in ("-p", p)]
     bootstrap = (_HERE / "grade_bootstrap.py").read_text()
-    opts = ["-p", "no:cacheprovider", f"--rootdir={sb.repo_dir}", f"--confcutdir={sb.repo_dir}", "-q"]
+    # --tb=line: half the expected tests fail on purpose in each run, and long tracebacks of them cost
+    # more than the run itself (455 tests of a real suite: 11.6 s -> 3.5 s)
+    opts = ["-p", "no:cacheprovider", f"--rootdir={sb.repo_dir}", f"--confcutdir={sb.repo_dir}", "-q", "--tb=line"]
     return [python, "-I", "-B", "-c", bootstrap, json.dumps(config), *opts, *plugins, *extra, *files]
 
 
@@ -254,6 +259,28 @@ def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: f
     names = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
     if not names:
         raise GradingError(f"task {task.instance_id} names no FAIL_TO_PASS/PASS_TO_PASS tests; rebuild the task")
+    rounds: list[tuple[list[dict[str, Any]], Evidence]] = []
+    for _ in range(cfg.verdict_rounds):
+        reports, ev, excluded = _round(task, diff, cfg, names, limit)
+        if ev.ungradable:
+            why = _pristine_failure(task, cfg, names, limit)
+            if why is not None:
+                raise GradingError(
+                    f"task {task.instance_id} cannot be graded: its pristine repo does not run the hidden tests: {why}"
+                )
+            ev.failures += ev.ungradable
+        rounds.append((reports, ev))
+        passing = not ev.tampered and not ev.failures and all(o == "passed" for o in ev.tests.values())
+        if not passing or not set(ev.bit_only) & set(task.FAIL_TO_PASS):
+            break
+    return _result(task, names, rounds, excluded, time.monotonic() - t0)
+
+
+def _round(
+    task: Task, diff: str, cfg: SandboxConfig, names: list[str], limit: float
+) -> tuple[list[dict[str, Any]], Evidence, list[str]]:
+    """One round: the two runs side by side, with fresh draws; their reports, the evidence, what the
+    allow-list left out of the diff."""
     ready = threading.Event()
     shared: dict[str, Any] = {}
 
@@ -275,23 +302,25 @@ def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: f
         return _run(sb, task, shared["kept"], files, names, limit)
 
     reports = _in_sandboxes(cfg, task, RUNS, work)
-    plans: list[FilePlan] = shared["plans"]
-    ev = _evidence(reports, names, plans)
-    if ev.ungradable:
-        why = _pristine_failure(task, cfg, names, limit)
-        if why is not None:
-            raise GradingError(
-                f"task {task.instance_id} cannot be graded: its pristine repo does not run the hidden tests: {why}"
-            )
-        ev.failures += ev.ungradable
-    excluded = shared["excluded"]
+    return reports, _evidence(reports, names, shared["plans"]), shared["excluded"]
+
+
+def _result(
+    task: Task, names: list[str], rounds: list[tuple[list[dict[str, Any]], Evidence]], excluded: list[str], wall: float
+) -> GradeResult:
+    """The grade from its rounds: the last round decides (earlier ones passed), the log shows them all."""
+    ev = rounds[-1][1]
     log = [f"excluded from the graded diff: {', '.join(excluded)}"] if excluded else []
-    log += [_log(reports)]
+    for k, (round_reports, _) in enumerate(rounds):
+        log += [f"== round {k + 1} of {len(rounds)}", _log(round_reports)]
     not_passing = [f"{t} {o}" for t, o in ev.tests.items() if o != "passed"]
     if not_passing:
         ev.failures.append(f"{len(not_passing)} expected test(s) not passing: {', '.join(not_passing[:5])}")
     log += [f"tampered: {t}" for t in ev.tampered] + [f"reward 0: {f}" for f in ev.failures] + ev.notes
-    log.append(f"evidence: {ev.perturbed} of {len(names)} expected tests perturbed, {ev.witnessed} witnessed")
+    log.append(
+        f"evidence: {ev.perturbed} of {len(names)} expected tests perturbed, {ev.witnessed} witnessed, "
+        f"{len(rounds)} round(s)"
+    )
     resolved = not ev.tampered and not ev.failures and all(o == "passed" for o in ev.tests.values())
     return GradeResult(
         reward=1.0 if resolved else 0.0,
@@ -300,7 +329,7 @@ def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: f
         excluded_files=excluded,
         tampered=ev.tampered,
         log="\n".join(log)[-20000:],
-        duration_s=time.monotonic() - t0,
+        duration_s=wall,
         perturbed=ev.perturbed,
         witnessed=ev.witnessed,
     )

@@ -34,6 +34,7 @@ import ast
 import re
 import secrets
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,11 @@ class Site:
     truth: bool | None = None
     method: tuple[int, int, int, int] | None = None  # a truth method's name, negated when perturbed
     negate_span: tuple[int, int, int, int] | None = None  # `not EXPR`: the span of the whole operand
+    rows: tuple[tuple[Any, tuple[tuple[int, int, int, int], ...]] | None, ...] | None = None
+    """For ``assert EXPR == ARG`` with ARG a parametrize argument: per row of the table, ARG's value
+    and its constants (None for a row whose ARG is no literal). One row is perturbed; the instances
+    are matched to rows by position (``stable_ids``: the table names its ids, so they do not change)."""
+    stable_ids: bool = False
 
 
 @dataclass
@@ -85,8 +91,8 @@ class FilePlan:
     text: str
     sites: list[Site]
     keys: dict[int, str] = field(default_factory=dict)  # site index -> witness key
-    perturbed: dict[int, tuple[int, tuple[int, int, int, int] | None, str]] = field(default_factory=dict)
-    """site index -> (run, the span to replace (None: negate the truth site), its new text)"""
+    perturbed: dict[int, tuple[int, tuple[int, int, int, int] | None, str, int | None]] = field(default_factory=dict)
+    """site index -> (run, the span to replace (None: negate the truth site), its new text, the table row)"""
 
 
 def _leaves(node: ast.AST) -> list[ast.AST]:
@@ -141,15 +147,35 @@ def _top_statements(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-def _sites_in(stmt: ast.stmt, path: str, function: str) -> list[Site]:
+Binding = dict[str, "tuple[Any, ...]"]
+"""Names a test function's asserts may compare with: ``("local", literal node)`` for a top-level
+``NAME = LITERAL`` before the assert, ``("table", rows, stable_ids)`` for a parametrize argument."""
+
+
+def _compared(expr: ast.AST, other: ast.AST, path: str, function: str, binds: Binding) -> Site | None:
+    """A site for ``expr == other`` when ``other`` is a literal, or a name bound to one."""
+    ok, value, leaves = _literal(other)
+    if ok and not _literal(expr)[0]:
+        return Site(path, function, _span(expr), _span(other), value, tuple(map(_span, leaves)))
+    if not isinstance(other, ast.Name) or other.id not in binds or _literal(expr)[0]:
+        return None
+    bound = binds[other.id]
+    if bound[0] == "local":
+        ok, value, leaves = _literal(bound[1])
+        return Site(path, function, _span(expr), _span(bound[1]), value, tuple(map(_span, leaves))) if ok else None
+    rows, stable = bound[1], bound[2]
+    return Site(path, function, _span(expr), None, rows=rows, stable_ids=stable) if any(rows) else None
+
+
+def _sites_in(stmt: ast.stmt, path: str, function: str, binds: Binding) -> list[Site]:
     if isinstance(stmt, ast.Assert):
         test = stmt.test
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
             left, right = test.left, test.comparators[0]
-            for expr, lit in ((left, right), (right, left)):
-                ok, value, leaves = _literal(lit)
-                if ok and not _literal(expr)[0]:
-                    return [Site(path, function, _span(expr), _span(lit), value, tuple(map(_span, leaves)))]
+            for expr, other in ((left, right), (right, left)):
+                site = _compared(expr, other, path, function, binds)
+                if site is not None:
+                    return [site]
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return [Site(path, function, _span(test.operand), None, truth=False, negate_span=_span(test))]
         if not isinstance(test, ast.Constant):
@@ -163,15 +189,65 @@ def _sites_in(stmt: ast.stmt, path: str, function: str) -> list[Site]:
         return []
     if func.attr in _EQUAL_METHODS and len(call.args) >= 2:
         first, second = call.args[0], call.args[1]
-        for expr, lit in ((first, second), (second, first)):
-            ok, value, leaves = _literal(lit)
-            if ok and not _literal(expr)[0]:
-                return [Site(path, function, _span(expr), _span(lit), value, tuple(map(_span, leaves)))]
+        for expr, other in ((first, second), (second, first)):
+            site = _compared(expr, other, path, function, binds)
+            if site is not None:
+                return [site]
     if func.attr in _TRUTH_METHODS and call.args:
         end_col = func.end_col_offset or 0
         method = (func.end_lineno or func.lineno, end_col - len(func.attr), func.end_lineno or func.lineno, end_col)
         return [Site(path, function, _span(call.args[0]), None, truth=func.attr == "assertTrue", method=method)]
     return []
+
+
+def _table(fn: ast.FunctionDef | ast.AsyncFunctionDef, constants: Mapping[str, ast.AST]) -> Binding:
+    """The parametrize arguments of ``fn`` as table bindings, when it has exactly one parametrize
+    decorator whose table is a literal list (inline, or a module constant used only there)."""
+    decorators = [
+        d for d in fn.decorator_list if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("parametrize")
+    ]
+    if len(decorators) != 1 or len(decorators[0].args) < 2:
+        return {}
+    call = decorators[0]
+    if any(k.arg == "indirect" for k in call.keywords):
+        return {}
+    try:
+        names = ast.literal_eval(call.args[0])
+    except (ValueError, SyntaxError):
+        return {}
+    names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+    table = call.args[1]
+    if isinstance(table, ast.Name):
+        table = constants.get(table.id)  # type: ignore[assignment]
+    if not isinstance(table, ast.List | ast.Tuple):
+        return {}
+    stable = any(k.arg == "ids" for k in call.keywords)
+    columns: list[list[tuple[Any, tuple[tuple[int, int, int, int], ...]] | None]] = [[] for _ in names]
+    for row in table.elts:
+        values: list[ast.AST] = [row]
+        if isinstance(row, ast.Call) and ast.unparse(row.func).endswith("param"):
+            values = list(row.args)
+            stable = stable or any(k.arg == "id" for k in row.keywords)
+        elif len(names) > 1:
+            values = list(row.elts) if isinstance(row, ast.Tuple | ast.List) else []
+        if len(values) != len(names):
+            return {}
+        for j, node in enumerate(values):
+            ok, value, leaves = _literal(node)
+            columns[j].append((value, tuple(map(_span, leaves))) if ok else None)
+    return {name: ("table", tuple(col), stable) for name, col in zip(names, columns, strict=True)}
+
+
+def _bindings(stmt: ast.stmt, binds: Binding) -> None:
+    """Track top-level ``NAME = LITERAL`` (and forget a name assigned anything else)."""
+    if isinstance(stmt, ast.Assign):
+        for target in stmt.targets:
+            for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
+                binds.pop(name, None)
+        if len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and _literal(stmt.value)[0]:
+            binds[stmt.targets[0].id] = ("local", stmt.value)
+    elif isinstance(stmt, ast.AugAssign | ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+        binds.pop(stmt.target.id, None)
 
 
 def find_sites(text: str, path: str) -> list[Site]:
@@ -182,12 +258,26 @@ def find_sites(text: str, path: str) -> list[Site]:
     except (SyntaxError, ValueError):
         return []
     sites: list[Site] = []
+    uses: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            uses[node.id] = uses.get(node.id, 0) + 1
+    constants = {  # module-level literal tables that only one parametrize decorator uses
+        stmt.targets[0].id: stmt.value
+        for stmt in tree.body
+        if isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and uses.get(stmt.targets[0].id) == 2
+    }
 
     def visit(body: list[ast.stmt], prefix: str) -> None:
         for node in body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+                binds = _table(node, constants)
                 for stmt in _top_statements(node.body):
-                    sites.extend(_sites_in(stmt, path, prefix + node.name))
+                    sites.extend(_sites_in(stmt, path, prefix + node.name, binds))
+                    _bindings(stmt, binds)
             elif isinstance(node, ast.ClassDef):
                 visit(node.body, f"{prefix}{node.name}.")
 
@@ -199,10 +289,45 @@ _ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[
 _STRING_TOKEN = re.compile(r"^([rRbBuU]{0,2})('''|\"\"\"|'|\")(.*)\2$", re.S)
 
 
-def _new_char(ch: str, rng: secrets.SystemRandom) -> str:
-    pool = string.digits if ch.isdigit() else string.ascii_lowercase
-    new = rng.choice([c for c in pool if c != ch.lower()])
-    return new.upper() if ch.isupper() else new
+_CLASSES = (string.ascii_letters, string.digits, " ", "-_.,:;/+*=!?#@&|~^%()[]{}<>")
+
+
+def _char_class(ch: str) -> int | None:
+    for k, members in enumerate(_CLASSES):
+        if ch in members:
+            return k
+    return None
+
+
+def _new_char(ch: str, k: int, quote: str, rng: secrets.SystemRandom) -> str:
+    """Another character of ``ch``'s class (a letter keeps its case), never the string's quote."""
+    if k == 0:
+        pool = string.ascii_uppercase if ch.isupper() else string.ascii_lowercase
+    else:
+        pool = _CLASSES[k] if len(_CLASSES[k]) > 1 else _CLASSES[3]
+    return rng.choice([c for c in pool if c != ch and c not in quote and c.lower() != ch.lower()])
+
+
+def _perturb_body(body: str, quote: str, rng: secrets.SystemRandom) -> str | None:
+    """One character changed in *each* class of character the string holds (letters, digits, spaces,
+    punctuation), outside escape sequences: code whose output is wrong in one class only (its
+    separators, say) cannot repair a changed literal by taking that class from it and the rest from its
+    own output, since every class carries a change."""
+    if not body:
+        return rng.choice(string.ascii_lowercase)
+    escaped = {i for e in _ESCAPE.finditer(body) for i in range(e.start(), e.end())}
+    by_class: dict[int, list[int]] = {}
+    for i, ch in enumerate(body):
+        k = _char_class(ch)
+        if i not in escaped and k is not None:
+            by_class.setdefault(k, []).append(i)
+    if not by_class:
+        return None
+    chars = list(body)
+    for k, spots in by_class.items():
+        i = rng.choice(spots)
+        chars[i] = _new_char(body[i], k, quote, rng)
+    return "".join(chars)
 
 
 def perturb_token(token: str, rng: secrets.SystemRandom) -> str | None:
@@ -228,14 +353,8 @@ def perturb_token(token: str, rng: secrets.SystemRandom) -> str | None:
         if m is None:
             return None  # implicit concatenation of several strings: left alone
         prefix, quote, body = m.groups()
-        escaped = {i for e in _ESCAPE.finditer(body) for i in range(e.start(), e.end())}
-        spots = [i for i, ch in enumerate(body) if i not in escaped and ch.isascii() and ch.isalnum()]
-        if spots:
-            i = rng.choice(spots)
-            body = body[:i] + _new_char(body[i], rng) + body[i + 1 :]
-        elif not body:
-            body = rng.choice(string.ascii_lowercase)
-        else:
+        body = _perturb_body(body, quote, rng)
+        if body is None:
             return None
         new_text = f"{prefix}{quote}{body}{quote}"
     else:
@@ -264,24 +383,42 @@ def plan_perturbations(plans: list[FilePlan], functions: set[tuple[str, str]], r
         for plan, i in entries:  # the first drawn site that can be perturbed
             change = _draw_change(plan, plan.sites[i], rng)
             if change is not None:
-                plan.perturbed[i] = (rng.randrange(runs), *change)
+                # Several asserts may compare with one binding: the first of them meets the change first.
+                first = min(
+                    (
+                        j
+                        for p2, j in by_function[key]
+                        if p2 is plan and (j == i or _same_value(plan.sites[j], plan.sites[i]))
+                    )
+                )
+                plan.perturbed[first] = (rng.randrange(runs), *change)
                 break
+
+
+def _same_value(a: Site, b: Site) -> bool:
+    """Whether two sites compare with the same literal (one local binding, or one table column)."""
+    if a.rows is not None or b.rows is not None:
+        return a.rows is b.rows
+    return a.literal is not None and a.literal == b.literal
 
 
 def _draw_change(
     plan: FilePlan, site: Site, rng: secrets.SystemRandom
-) -> tuple[tuple[int, int, int, int] | None, str] | None:
-    """(span, new text) for one drawn leaf of the site's literal; (None, "") for a truth site."""
+) -> tuple[tuple[int, int, int, int] | None, str, int | None] | None:
+    """(span, new text, table row) for one drawn constant of the site's literal (or of one drawn row of
+    its table); (None, "", None) for a truth site; None when nothing can be changed."""
     if site.truth is not None:
-        return None, ""
+        return None, "", None
     starts = _offsets(plan.text)
-    leaves = list(site.leaves)
-    rng.shuffle(leaves)
-    for leaf in leaves:
+    choices: list[tuple[tuple[int, int, int, int], int | None]] = [(leaf, None) for leaf in site.leaves]
+    if site.rows is not None:
+        choices = [(leaf, r) for r, row in enumerate(site.rows) if row is not None for leaf in row[1]]
+    rng.shuffle(choices)
+    for leaf, row in choices:
         a, b = _pos(plan.text, starts, leaf[0], leaf[1]), _pos(plan.text, starts, leaf[2], leaf[3])
         new_text = perturb_token(plan.text[a:b], rng)
         if new_text is not None:
-            return leaf, new_text
+            return leaf, new_text, row
     return None
 
 
@@ -310,11 +447,11 @@ def render(plan: FilePlan, run: int) -> str:
         return _pos(text, starts, s[0], s[1]), _pos(text, starts, s[2], s[3])
 
     for i, site in enumerate(plan.sites):
-        run_of, leaf, new_text = plan.perturbed.get(i, (None, None, ""))
+        run_of, leaf, new_text, _row = plan.perturbed.get(i, (None, None, "", None))
         here = run_of == run
         a, b = span(site.expr)
         witnessed = f'{WITNESS}("{plan.keys[i]}", ({text[a:b]}))'
-        if site.literal is not None:
+        if site.literal is not None or site.rows is not None:
             edits.append((a, b, witnessed))
             if here and leaf is not None:
                 la, lb = span(leaf)

@@ -121,8 +121,12 @@ def test_opaque_value_in_a_run_told_apart(redteam: RedTeam, task: Task) -> None:
     """Weakness: a witness that is no plain value shows nothing, so only the pass/fail bit counts.
     The cheat tells a perturbed run by an assertion it can check (the correct ``mul``); there it
     returns a value that fails every comparison and refuses repr, str and pickling; elsewhere it
-    answers from the key."""
-    assert_policy_zero(redteam.play(task, *calc_attack(vp.PERTURBED["anchor_opaque_value"])))
+    answers from the key. Its evidence is then the pass/fail bit alone, which it guesses right with
+    p = 1/2 a round; rounds go on while that is so (``sandbox.verdict_rounds``), so it wins with p = 1/2**k.
+    Here k = 8 (p = 1/256), so the test is not a coin; the default of 3 gives 1/8."""
+    sandbox = redteam.cfg.sandbox.model_copy(update={"verdict_rounds": 8})
+    cfg = redteam.cfg.model_copy(update={"sandbox": sandbox})
+    assert_policy_zero(redteam.play(task, *calc_attack(vp.PERTURBED["anchor_opaque_value"]), cfg=cfg))
 
 
 def test_answer_key_where_no_expected_value_is_perturbed(redteam: RedTeam, indirect_task: Task) -> None:
