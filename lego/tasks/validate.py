@@ -1,6 +1,7 @@
 """Validating tasks with the grader that trains on them: the gold answer scores 1, the pristine repo does not.
 
-Every check goes through the real grader, on the backend the task needs (:func:`backend_for`:
+Every check goes through the real grader (:func:`lego.sandboxes.grading.grade`, which hands a Harbor
+task to its own verifier), on the backend the task needs (:func:`backend_for`:
 docker for a task with an image or a Dockerfile and no local repo, else local bubblewrap): a fresh
 sandbox, the diff filtered, the hidden tests applied, the verdict. A pytest task is valid when its
 gold patch resolves it (every FAIL_TO_PASS and PASS_TO_PASS test passed, nothing read as
@@ -26,10 +27,10 @@ from typing import Literal
 from lego.config import SandboxConfig
 from lego.errors import LegoError
 from lego.sandboxes.grading import grade
-from lego.sandboxes.verifier import grade_verifier, is_harbor
+from lego.sandboxes.verifier import is_harbor
 from lego.types import GradeResult, Task
 
-__all__ = ["Backend", "TaskValidation", "backend_for", "flaky_rate", "grade_task", "sandbox_for", "validate_task"]
+__all__ = ["Backend", "TaskValidation", "backend_for", "flaky_rate", "sandbox_for", "validate_task"]
 
 Backend = Literal["local", "docker"]
 
@@ -84,13 +85,6 @@ def flaky_rate(results: list[TaskValidation]) -> tuple[int, int]:
     return sum(len(r.flaky_tests) for r in results), sum(r.tests_checked for r in results)
 
 
-def grade_task(task: Task, diff: str, cfg: SandboxConfig) -> GradeResult:
-    """The grade training gives ``diff``: the task's own verifier for a Harbor task, else the pytest grader."""
-    if is_harbor(task):
-        return grade_verifier(task, diff, cfg=cfg)
-    return grade(task, diff, cfg=cfg)
-
-
 def _judge(task: Task, gold: GradeResult, base: GradeResult) -> list[str]:
     if is_harbor(task):
         problems = [] if gold.resolved else [f"gold: the solution scores {gold.reward}, not 1"]
@@ -130,8 +124,8 @@ def validate_task(task: Task, cfg: SandboxConfig | None = None, repeat: int = 1)
     grades: dict[str, list[GradeResult]] = {"gold": [], "base": []}
     try:
         for _ in range(repeat):
-            grades["gold"].append(grade_task(task, task.patch, cfg))
-            grades["base"].append(grade_task(task, "", cfg))
+            grades["gold"].append(grade(task, task.patch, cfg=cfg))
+            grades["base"].append(grade(task, "", cfg=cfg))
     except LegoError as exc:
         out.reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         out.log = str(exc)[-_LOG_TAIL:]
