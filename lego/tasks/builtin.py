@@ -90,6 +90,13 @@ def build_suite(
 
 def write_instances(tasks: list[Task], path: Path = INSTANCES_PATH) -> None:
     """One JSON object per line, in a stable key order (``repo_path`` is machine-local: never written)."""
-    lines = [json.dumps(t.model_dump(exclude={"repo_path"}), sort_keys=True) for t in tasks]
+    # A task without an environment is written without the key, so files built before environments
+    # existed (the shipped suites) equal a rebuild byte for byte.
+    lines = [
+        json.dumps(
+            t.model_dump(exclude={"repo_path"} | ({"environment"} if t.environment is None else set())), sort_keys=True
+        )
+        for t in tasks
+    ]
     atomic_write_text(path, "\n".join(lines) + "\n")
     path.chmod(0o644)  # a shipped data file: world-readable like the rest of the package
