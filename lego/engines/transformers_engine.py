@@ -66,6 +66,19 @@ __all__ = ["TransformersEngine"]
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def _refuse_unsupported(path: Path) -> None:
+    """A ModelError before any weight is read when the config names an architecture the engine cannot run."""
+    import json
+
+    from lego.models.check import unsupported_architecture
+
+    config = path / "config.json"
+    if config.is_file():
+        why = unsupported_architecture(json.loads(config.read_text(encoding="utf-8")))
+        if why is not None:
+            raise ModelError(why)
+
+
 class TransformersEngine:
     """Serve a Hugging Face causal LM in this process (see the module docstring for semantics).
 
@@ -109,6 +122,7 @@ class TransformersEngine:
             # threads under load than at 1. Half the cores is the default; pass num_threads to override.
             torch.set_num_threads(num_threads or max(1, (os.cpu_count() or 2) // 2))
         path = resolve_model(model_path)
+        _refuse_unsupported(path)
         try:
             model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
         except (OSError, ValueError) as exc:
@@ -141,6 +155,24 @@ class TransformersEngine:
         self.scheduler = BatchScheduler(
             lambda batch: self.decoder.run(batch, self.scheduler), max_batch_size, self.stats, max_batch_tokens
         )
+        self._smoke_test()
+
+    def _smoke_test(self) -> None:
+        """A two-token prefill and one decode step through the engine's own KV cache, at start-up: an
+        architecture it cannot run fails here, named, instead of on every request later."""
+        dev, pad = self.device, self.pad_token_id
+        try:
+            with torch.no_grad():
+                cache = self.decoder.encode_one([pad, pad])
+                mask = torch.ones((1, 3), dtype=torch.long, device=dev)
+                self.decoder.forward(torch.tensor([[pad]], device=dev), mask, torch.tensor([[2]], device=dev), cache)
+        except Exception as exc:  # whatever the model's code raises: the architecture is the problem
+            arch = ",".join(getattr(self.model.config, "architectures", None) or [type(self.model).__name__])
+            raise ModelError(
+                f"lego's in-process engine cannot run {arch} ({type(exc).__name__}: {exc}); serve it with vLLM "
+                "(`vllm serve MODEL`, then -o engine.kind=vllm -o engine.vllm_url=URL)"
+            ) from exc
+        self.stats["peak_batch_tokens"] = 0
 
     def _tokenizer(self) -> Any:
         """The model directory's tokenizer (for guided decoding's token texts; loaded on first use)."""

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from lego.errors import LegoError
 
-__all__ = ["ModelReport", "check_model_dir"]
+__all__ = ["ModelReport", "check_model_dir", "unsupported_architecture"]
 
 
 class ModelReport(BaseModel):
@@ -63,6 +63,24 @@ def _stored_tensor_names(path: Path) -> set[str] | None:
     return None
 
 
+def unsupported_architecture(config: dict[str, Any]) -> str | None:
+    """Why lego's in-process engine cannot run a model of this ``config.json`` (None: nothing known).
+
+    Multi-head latent attention (DeepSeek-V2/V3, Kimi K2 and their kin: a low-rank KV, query/key heads
+    of another size than value heads) needs a KV cache the engine does not keep: such a model loads,
+    then every generation fails on tensor shapes. vLLM serves it."""
+    arch = ",".join(config.get("architectures") or [str(config.get("model_type", "?"))])
+    qk = (config.get("qk_nope_head_dim") or 0) + (config.get("qk_rope_head_dim") or 0)
+    v = config.get("v_head_dim")
+    if config.get("kv_lora_rank") or (qk and v and qk != v):
+        shape = f"query/key heads of {qk} dims, value heads of {v}" if qk and v else "a low-rank KV"
+        return (
+            f"{arch} uses multi-head latent attention ({shape}), which lego's in-process engine cannot run; "
+            "serve it with vLLM (`vllm serve MODEL`, then -o engine.kind=vllm -o engine.vllm_url=URL)"
+        )
+    return None
+
+
 def check_model_dir(path: str | Path, chat_template: str | Path | None = None) -> ModelReport:
     """Inspect an HF model directory; ``chat_template`` is a replacement template file to check with."""
     from lego.models.chat import ChatFormat
@@ -75,6 +93,9 @@ def check_model_dir(path: str | Path, chat_template: str | Path | None = None) -
         report.architecture = ",".join(config.get("architectures") or [config.get("model_type", "?")])
         report.vocab_size = config.get("vocab_size")
         report.tied_embeddings = bool(config.get("tie_word_embeddings", False))
+        why = unsupported_architecture(config)
+        if why is not None:
+            report.problems.append(why)
     else:
         report.problems.append("no config.json: not a Hugging Face model directory (GGUF? `lego models import`)")
     names = _stored_tensor_names(path)

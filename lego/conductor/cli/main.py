@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from lego import __version__
-from lego.errors import ConfigError, LegoError
+from lego.errors import ConfigError, LegoError, ModelError, TaskError
 
 # name -> "module:attr"; each module defines one click command or group.
 COMMANDS: dict[str, str] = {
@@ -102,6 +102,11 @@ def _quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
 
 
+def _one_line(exc: Exception) -> str:
+    """An error's message on one line (a wrapped library error may span several)."""
+    return " ".join(str(exc).split())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; lego's own errors become a clear message and exit code 2 (bad input) or 1."""
     _quiet_libraries()
@@ -113,8 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(2 if isinstance(exc, click.UsageError | click.BadParameter) else exc.exit_code)
-    except ConfigError as exc:
-        click.secho(f"error: {exc}", fg="red", err=True)
+    except (ConfigError, TaskError, ModelError) as exc:  # the user's input: say what and how to fix it
+        click.secho(f"error: {_one_line(exc)}", fg="red", err=True)
         sys.exit(2)
     except LegoError as exc:
         click.secho(f"error: {type(exc).__name__}: {exc}", fg="red", err=True)
