@@ -23,6 +23,7 @@ from lego.proxies.errors import ApiError, error_body
 from lego.proxies.service import ChatRequest, ChatResult
 from lego.proxies.streaming import LiveReply
 from lego.proxies.wire import (
+    ANTHROPIC_HOSTED_PREFIXES,
     IMAGE_PART_TYPES,
     chunks,
     effort_thinking,
@@ -98,9 +99,15 @@ class MessagesRequest(BaseModel):
     output_config: dict[str, Any] | None = None
 
 
-def _tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]]:
+def _tools(tools: list[AnthropicTool] | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Client tools become canonical tools; server tools (web search ...) are left out and named
+    (:data:`lego.proxies.wire.HOSTED_TOOLS`); Anthropic-defined client tools are a 400."""
     out = []
+    dropped = []
     for i, t in enumerate(tools or []):
+        if t.type is not None and t.type.startswith(ANTHROPIC_HOSTED_PREFIXES):
+            dropped.append(t.name)
+            continue
         if t.type not in (None, "custom"):
             raise refuse(f"tools[{i}].type", f"server tool {t.type!r} cannot run here; declare client tools only")
         refuse_unknown(
@@ -112,7 +119,7 @@ def _tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]]:
             fn["description"] = t.description
         fn["parameters"] = t.input_schema
         out.append({"type": "function", "function": fn})
-    return out
+    return out, dropped
 
 
 def _tool_choice(tc: dict[str, Any] | None) -> tuple[Any, bool]:
@@ -244,9 +251,11 @@ def to_chat_request(req: MessagesRequest) -> ChatRequest:
             messages.append(_assistant_blocks(m.content, where))
     prefill = _prefill(messages)
     tool_choice, parallel = _tool_choice(req.tool_choice)
+    tools, dropped = _tools(req.tools)
     return ChatRequest(
         messages=messages,
-        tools=_tools(req.tools),
+        tools=tools,
+        dropped_tools=dropped,
         tool_choice=tool_choice,
         max_tokens=req.max_tokens,
         temperature=req.temperature,

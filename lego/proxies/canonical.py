@@ -62,6 +62,10 @@ class ChatRequest:
     """An assistant prefill (Anthropic: the request ends with an assistant turn): the policy
     continues this text; it enters the prompt as template tokens (mask 0) and the reply holds
     only the continuation."""
+    dropped_tools: list[str] = field(default_factory=list)
+    """Hosted tools the request declared (run by the API provider: web search, code execution)
+    that were left out of what the policy is offered: this proxy cannot run them. Reported in the
+    ``x-lego-dropped-tools`` header and the ``hosted_tools_dropped`` counter (see wire.HOSTED_TOOLS)."""
 
 
 @dataclass

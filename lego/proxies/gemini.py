@@ -44,7 +44,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from lego.proxies.errors import ApiError, error_body
 from lego.proxies.service import ChatRequest, ChatResult
 from lego.proxies.streaming import LiveReply
-from lego.proxies.wire import chunks, effort_thinking, new_id, refuse, refuse_fields, refuse_unknown, sse
+from lego.proxies.wire import (
+    GEMINI_HOSTED,
+    chunks,
+    effort_thinking,
+    new_id,
+    refuse,
+    refuse_fields,
+    refuse_unknown,
+    sse,
+)
 
 __all__ = ["INERT_FIELDS", "GenerateContentRequest", "generate_response", "generate_stream", "to_chat_request"]
 
@@ -117,13 +126,18 @@ class GenerateContentRequest(BaseModel):
         return _camel(data)
 
 
-def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _tools(tools: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Function declarations become canonical tools; Google's built-in tools (search, code execution)
+    are left out and named (:data:`lego.proxies.wire.HOSTED_TOOLS`); anything else is a 400."""
     out = []
+    dropped = []
     for i, tool in enumerate(tools or []):
         tool = _camel(tool)
         for key in tool:
-            if key != "functionDeclarations":
-                raise refuse(f"tools[{i}].{key}", "built-in Google tools cannot run here; declare functions only")
+            if key in GEMINI_HOSTED:
+                dropped.append(key)
+            elif key != "functionDeclarations":
+                raise refuse(f"tools[{i}].{key}", "this tool cannot run here; declare functions")
         for j, decl in enumerate(tool.get("functionDeclarations") or []):
             where = f"tools[{i}].functionDeclarations[{j}]"
             decl = _camel(decl)
@@ -139,7 +153,7 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
                 decl.get("parametersJsonSchema") or decl.get("parameters") or {"type": "object", "properties": {}}
             )
             out.append({"type": "function", "function": fn})
-    return out
+    return out, dropped
 
 
 def _json_schema(schema: Any) -> Any:
@@ -340,10 +354,11 @@ def to_chat_request(req: GenerateContentRequest, model: str, stream: bool) -> Ch
         else:
             raise ApiError(400, f"{where}: unknown role {content.role!r}; use user or model", param=f"{where}.role")
         previous = content.role
-    tools = _tools(req.tools)
+    tools, dropped = _tools(req.tools)
     return ChatRequest(
         messages=messages,
         tools=tools,
+        dropped_tools=dropped,
         tool_choice=_tool_choice(req.toolConfig, tools),
         stream=stream,
         model=model,

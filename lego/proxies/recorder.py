@@ -189,6 +189,7 @@ class SessionRecorder:
             "reprefill_tokens": 0,
             "kept_reasoning_tokens": 0,
             "constrained_tokens": 0,
+            "hosted_tools_dropped": 0,
         }
         self._eot_text = template.decode([template.end_of_turn_id])
         self._kwargs: dict[str, Any] = {}  # template kwargs of the call being rendered or committed

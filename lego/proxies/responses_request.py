@@ -11,6 +11,7 @@ from lego.proxies.errors import ApiError
 from lego.proxies.service import ChatRequest
 from lego.proxies.wire import (
     IMAGE_PART_TYPES,
+    OPENAI_HOSTED,
     effort_thinking,
     refuse,
     refuse_fields,
@@ -127,11 +128,15 @@ def tool_namespaces(tools: list[dict[str, Any]] | None) -> dict[str, str]:
     return {str(t.get("name")): ns for ns, t in _flatten(tools) if ns}
 
 
-def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _tools(tools: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], list[str]]:
     """Function tools (namespaced ones included) become canonical tools; hosted tools (web search ...)
-    cannot run here: a 400."""
+    are left out and named (:data:`lego.proxies.wire.HOSTED_TOOLS`); any other type is a 400."""
     out = []
+    dropped = []
     for i, (_, t) in enumerate(_flatten(tools)):
+        if t.get("type") in OPENAI_HOSTED:
+            dropped.append(str(t["type"]))
+            continue
         if t.get("type") != "function":
             raise refuse(f"tools[{i}].type", f"tool type {t.get('type')!r} cannot run here; declare function tools")
         if not isinstance(t.get("name"), str):
@@ -143,7 +148,7 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
             fn["description"] = t["description"]
         fn["parameters"] = t.get("parameters") or {"type": "object", "properties": {}}
         out.append({"type": "function", "function": fn})
-    return out
+    return out, dropped
 
 
 def _content_text(content: Any, where: str, field: str = "content") -> str:
@@ -239,9 +244,11 @@ def to_chat_request(req: ResponsesRequest, history: list[dict[str, Any]] | None 
     if history:
         lead = messages[:1] if messages and messages[0]["role"] == "system" and req.instructions else []
         messages = [*lead, *history, *messages[len(lead) :]]
+    tools, dropped = _tools(req.tools)
     return ChatRequest(
         messages=messages,
-        tools=_tools(req.tools),
+        tools=tools,
+        dropped_tools=dropped,
         tool_choice=req.tool_choice,
         max_tokens=req.max_output_tokens,
         temperature=req.temperature,

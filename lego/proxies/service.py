@@ -278,11 +278,14 @@ class ProxyService:
                 check_tool_choice(s, req, message, gen, wanted)
             parse_errors = len(parsed.parse_errors)
             rec.commit(call, gen, message, parse_failures=parse_errors)
+            rec.counters["hosted_tools_dropped"] += len(req.dropped_tools)  # see lego.proxies.wire.HOSTED_TOOLS
         finish = "tool_calls" if message.get("tool_calls") else ("length" if gen.finish_reason == "length" else "stop")
         total = time.perf_counter() - t0
         s.engine_time_s += engine_s
         s.proxy_time_s += total - engine_s
         headers["x-lego-engine-ms"] = f"{engine_s * 1000:.3f}"
+        if req.dropped_tools:
+            headers["x-lego-dropped-tools"] = ",".join(req.dropped_tools)
         headers["x-lego-proxy-ms"] = f"{(total - engine_s) * 1000:.3f}"
         return ChatResult(
             message=message,

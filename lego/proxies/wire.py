@@ -123,3 +123,30 @@ def effort_thinking(effort: Any, name: str) -> dict[str, Any]:
     if effort in _EFFORT_ON:
         return {"enable_thinking": True}
     raise refuse(name, f"unknown effort {effort!r}; use one of {sorted(_EFFORT_OFF | _EFFORT_ON)}")
+
+
+HOSTED_TOOLS = """Hosted tools are run by the API provider, not the client: OpenAI's ``web_search`` (and
+``file_search``, ``code_interpreter``, ...), Anthropic's server tools (``web_search_*``,
+``web_fetch_*``, ``code_execution_*``), Gemini's ``googleSearch`` / ``codeExecution`` / ``urlContext``.
+Behind this proxy there is no provider to run them (and a sandboxed agent has no network), so a
+request that declares one is served without it, as a provider with the tool switched off would be:
+the policy is not offered it, and the response says so (``x-lego-dropped-tools``, the trajectory's
+``hosted_tools_dropped``). Codex declares ``web_search`` when its config enables search."""
+
+OPENAI_HOSTED = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "web_search_2025_08_26",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer_use_preview",
+        "mcp",
+    }
+)
+ANTHROPIC_HOSTED_PREFIXES = ("web_search_", "web_fetch_", "code_execution_")
+GEMINI_HOSTED = frozenset(
+    {"googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext", "enterpriseWebSearch", "googleMaps"}
+)

@@ -267,7 +267,7 @@ def test_anthropic_options_that_cannot_be_honoured_are_a_400(
     [
         ({"text": {"format": {"type": "json_object"}}}, "text.format"),
         ({"top_logprobs": 3}, "top_logprobs"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "local_shell"}]}, "tools[0].type"),
         ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ],
 )
