@@ -2,8 +2,8 @@
 
     LegoError                      base: every error lego raises on purpose
     ├── ConfigError                a config file, override or CLI option is invalid (CLI exit 2)
-    ├── TaskError                  a task file or task record is malformed or its repo is missing
-    ├── ModelError                 a model directory cannot be loaded or built
+    ├── TaskError                  a task file or task record is malformed or its repo is missing (exit 2)
+    ├── ModelError                 a model directory cannot be loaded or built (exit 2)
     ├── ChatFormatError            messages cannot be rendered with the chat template
     ├── ContextOverflowError       a prompt (plus max_tokens) does not fit the model context
     ├── EngineError                the engine failed to generate (retryable unless said otherwise)
@@ -12,6 +12,7 @@
     ├── HarnessError               a harness could not be installed, prepared or launched
     ├── GradingError               grading infrastructure failed (not the agent's patch)
     ├── FidelityError              the rollout-train fidelity gate tripped
+    ├── RolloutsFailedError        every rollout of a training step failed on infrastructure
     └── ResumeError                a run directory cannot be resumed with this config
 
 A user-facing message says what happened and what to do about it.
@@ -31,6 +32,7 @@ __all__ = [
     "LegoError",
     "ModelError",
     "ResumeError",
+    "RolloutsFailedError",
     "SandboxError",
     "TaskError",
 ]
@@ -97,6 +99,11 @@ class GradingError(LegoError):
 
 class FidelityError(LegoError):
     """The rollout-train probability correlation stayed below the configured floor."""
+
+
+class RolloutsFailedError(LegoError):
+    """Every rollout of a training step failed on infrastructure (harness, sandbox, grading), none
+    because of the policy: the run stops instead of training on nothing and checkpointing that."""
 
 
 class ResumeError(LegoError):

@@ -38,6 +38,7 @@ import random
 import shutil
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -57,7 +58,7 @@ from lego.conductor.step_summary import step_metrics, summary_line
 from lego.conductor.trainer import Trainer, items_from_trajectories
 from lego.conductor.weight_sync import WeightSync, build_weight_sync
 from lego.config import LegoConfig
-from lego.errors import ConfigError, TaskError
+from lego.errors import ConfigError, RolloutsFailedError, TaskError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text
 from lego.types import StepMetrics, Task, Trajectory
 
@@ -170,6 +171,16 @@ def _rollouts(
                 t.metadata["attempts"] = 2
                 trajs[i] = t
     return trajs
+
+
+def infra_only(step: int, trajs: Sequence[Trajectory], step_dir: Path) -> str:
+    """One line on a step whose rollouts all failed on infrastructure: the most common cause, and where to look."""
+    causes = Counter(f"{t.termination}: {' '.join(t.cause_detail.split())[:240]}" for t in trajs)
+    (cause, n), *_ = causes.most_common(1)
+    return (
+        f"step {step}: all {len(trajs)} rollouts failed on infrastructure, none because of the policy, so the run "
+        f"stops untrained; {n} of them: {cause} (trajectories: {step_dir}; `lego run` reproduces one)"
+    )
 
 
 def _status(console: Console, text: str) -> Any:
@@ -297,6 +308,8 @@ def train(
             t_roll = time.monotonic() - t0
             for i, t in enumerate(trajs):
                 atomic_write_text(step_dir / f"{i:03d}-{t.task_id}.json", t.model_dump_json())
+            if trajs and all(t.is_infra_failure for t in trajs):
+                raise RolloutsFailedError(infra_only(step + 1, trajs, step_dir))
             advantages = group_advantages(
                 [t.reward or 0.0 for t in trajs],
                 [t.task_id for t in trajs],

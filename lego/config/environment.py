@@ -3,6 +3,7 @@ options) and ``[tasks]``."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -20,6 +21,7 @@ __all__ = [
     "OpenCodeOptions",
     "SandboxConfig",
     "TasksConfig",
+    "harness_name",
 ]
 
 
@@ -133,6 +135,18 @@ HARNESS_OPTIONS: dict[str, type[BaseModel]] = {
 harness registry, :data:`lego.harnesses.base.HARNESSES`; a test keeps the two and the constructors in step)."""
 
 
+def harness_name(name: str) -> str:
+    """``name`` if it is a registered harness or a ``module:Class`` adapter path; else a ValueError that
+    lists the registered names (and the nearest one)."""
+    if name in HARNESS_OPTIONS or ":" in name:
+        return name
+    near = difflib.get_close_matches(name, list(HARNESS_OPTIONS), n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise ValueError(
+        f"no harness named {name!r}; {hint}registered: {', '.join(sorted(HARNESS_OPTIONS))} (or a module:Class path)"
+    )
+
+
 class HarnessConfig(Section):
     """Which agent harness drives each rollout."""
 
@@ -150,6 +164,18 @@ class HarnessConfig(Section):
         "(harness.options.<name>.* in `lego config show --doc`) and checked at load; a module:Class harness's go "
         "to its constructor as given.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _registered_name(cls, value: str) -> str:
+        return harness_name(value)
+
+    @field_validator("weights")
+    @classmethod
+    def _registered_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            harness_name(name)
+        return value
 
     @field_validator("options")
     @classmethod

@@ -158,6 +158,14 @@ class EvalConfig(Section):
     )
     bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples for confidence intervals.")
     seed: int = Field(0, description="Base seed of an eval; every sample's seed derives from it.")
+
+    @field_validator("harnesses")
+    @classmethod
+    def _registered_harnesses(cls, value: list[str]) -> list[str]:
+        from lego.config.environment import harness_name
+
+        return [harness_name(name) for name in value]
+
     tasks: str | None = Field(
         None,
         description="Task source of `lego eval` as SOURCE[:split] (e.g. builtin:heldout). None: tasks.source at "

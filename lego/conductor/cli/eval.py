@@ -70,17 +70,21 @@ BUILT_IN_MODELS = ("default", "tiny", "oracle")
 def check_policy_paths(specs: list[PolicySpec], engine_kind: str) -> None:
     """Refuse, before any sample runs, a policy whose model the engine cannot load.
 
-    The in-process engine loads only a model directory (or a built-in name); vLLM serves what its
-    server was started with, so a hub id is left to it."""
+    The in-process engine loads only a model directory (or a built-in name; not a run directory);
+    vLLM serves what its server was started with, so a hub id is left to it."""
+    from lego.conductor.preflight import check_model
+
     for p in specs:
-        if p.model in BUILT_IN_MODELS or Path(p.model).expanduser().is_dir():
+        if p.model in BUILT_IN_MODELS:
             continue
         if engine_kind == "vllm" and not p.model.startswith(("/", ".", "~")):
             continue
-        raise ConfigError(
-            f"--policy {p.name}={p.model}: {p.model!r} is not a directory; give a model or checkpoint directory "
-            f"(e.g. runs/default/checkpoints/step_000020), or one of {', '.join(BUILT_IN_MODELS)}"
-        )
+        if not Path(p.model).expanduser().is_dir():
+            raise ConfigError(
+                f"--policy {p.name}={p.model}: {p.model!r} is not a directory; give a model or checkpoint directory "
+                f"(e.g. runs/default/checkpoints/step_000020), or one of {', '.join(BUILT_IN_MODELS)}"
+            )
+        check_model(p.model, f"--policy {p.name}")
 
 
 def load_tasks(arg: str, limit: int | None = None, where: dict[str, list[str]] | None = None) -> list[Task]:
@@ -300,7 +304,12 @@ def eval_group(
         raise ConfigError("engine.kind='oracle' is a policy here: pass --policy oracle and engine.kind=transformers")
     specs = parse_policies(policies, bases)
     if sample_fn == DEFAULT_SAMPLE_FN:  # a custom sample function decides itself what a policy's model names
+        from lego.conductor.preflight import check_harness, check_sandbox
+
         check_policy_paths(specs, cfg.engine.kind)
+        for name in ev.harnesses:
+            check_harness(name, "--harness")
+        check_sandbox(cfg.sandbox.kind, cfg.sandbox.unsafe_no_isolation)
     source = ev.tasks or f"{cfg.tasks.source}:{cfg.tasks.eval_split}"
     tasks = load_tasks(source, ev.limit, cfg.tasks.where)
     spec = EvalSpec(

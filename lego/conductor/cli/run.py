@@ -112,9 +112,8 @@ def run(
       lego run --harness mini-swe-agent --engine transformers --task lego-builtin__roman-0001 --max-turns 5
     """
     from lego.conductor.eval_samples import ORACLE_MAX_TOKENS
-    from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
+    from lego.conductor.preflight import check_harness, check_model, check_sandbox
     from lego.config import load_config
-    from lego.io import atomic_write_text
     from lego.tasks.sources import load_source
 
     extra = [f"engine.kind={engine_kind}", f"engine.model={model}"]
@@ -126,7 +125,16 @@ def run(
     if unsafe_no_isolation:
         extra.append("sandbox.unsafe_no_isolation=true")
     cfg = load_config(None, [*extra, *overrides])
+    # Before anything loads: a mistake is one line and exit 2 (a TaskError names the task and where to look).
+    check_harness(harness_name, "--harness")
+    if engine_kind != "vllm":
+        check_model(cfg.engine.model, "--model")
+    check_sandbox(cfg.sandbox.kind, cfg.sandbox.unsafe_no_isolation)
     task = load_source(source).get(task_id)
+
+    from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
+    from lego.io import atomic_write_text
+
     policy = ServedPolicy.start(cfg.engine, cfg.proxy, name=engine_kind)
     try:
         runner = RolloutRunner(cfg, policy)

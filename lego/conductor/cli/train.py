@@ -42,12 +42,16 @@ def train(config: str | None, resume: bool, overrides: tuple[str, ...], unsafe_n
       lego train -o training.steps=3 -o training.out_dir=runs/smoke
       lego train my_run.toml --resume
     """
-    from lego.conductor.loop import TrainingInterrupted
-    from lego.conductor.loop import train as run_train
+    from lego.conductor.preflight import check_train
     from lego.config import load_config
 
     extra = ["sandbox.unsafe_no_isolation=true"] if unsafe_no_isolation else []
     cfg = load_config(config, [*overrides, *extra])
+    check_train(cfg)  # a mistake is one line and exit 2 here, before anything loads
+
+    from lego.conductor.loop import TrainingInterrupted
+    from lego.conductor.loop import train as run_train
+
     try:
         run = run_train(cfg, resume=resume)
     except TrainingInterrupted as stop:
