@@ -93,7 +93,7 @@ def test_malformed_override_and_missing_file() -> None:
 
 
 def test_config_show_toml_round_trips() -> None:
-    cfg = load_config(None, ["harness.weights={a = 1.0}", "training.fidelity.patience=5"])
+    cfg = load_config(None, ["harness.weights={lego-agent = 1.0}", "training.fidelity.patience=5"])
     again = validate_config(tomllib.loads(to_toml(cfg)))
     assert again == cfg
     assert isinstance(again, LegoConfig)
@@ -142,3 +142,10 @@ def test_sft_config_is_a_section_that_forbids_unknown_keys() -> None:
         load_config(None, ["sft.stepz=7"])
     with pytest.raises(ValidationError, match="Extra inputs"):
         SFTConfig(stepz=7)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("key", ["harness.name=lego-agnet", "harness.weights={aidr = 1.0}", 'eval.harnesses=["codx"]'])
+def test_a_harness_name_is_checked_at_load_with_the_nearest_name(key: str) -> None:
+    with pytest.raises(ConfigError, match="did you mean"):
+        load_config(None, [key])
+    assert load_config(None, ["harness.name=my.module:MyHarness"]).harness.name == "my.module:MyHarness"
