@@ -5,23 +5,27 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable
-from typing import Any, TypeVar
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from pydantic import BaseModel
 
 from lego import __version__
-from lego.config import config_doc, load_config
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.command()
 def version() -> None:
-    """Print lego's version, Python's and torch's."""
-    import torch
-
-    click.echo(f"lego {__version__} (python {platform.python_version()}, torch {torch.__version__})")
+    """Print lego's version, Python's and torch's (torch's from its package metadata: importing it takes seconds)."""
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "not installed"
+    click.echo(f"lego {__version__} (python {platform.python_version()}, torch {torch})")
 
 
 def override_option(example: str = "-o training.steps=3 -o algorithm.group_size=8") -> Callable[[F], F]:
@@ -62,6 +66,8 @@ def config_show(config: str | None, overrides: tuple[str, ...], fmt: str, doc: b
       lego config show my_run.toml -o training.steps=3 -o harness.name=mini-swe-agent
       lego config show --doc
     """
+    from lego.config import config_doc, load_config
+
     cfg = load_config(config, list(overrides))
     if doc:
         for field in config_doc():
@@ -72,6 +78,8 @@ def config_show(config: str | None, overrides: tuple[str, ...], fmt: str, doc: b
 
 def to_toml(model: BaseModel, prefix: str = "") -> str:
     """Render a config model as TOML: scalars and plain mappings inline, sub-models as [tables]."""
+    from pydantic import BaseModel
+
     lines: list[str] = []
     tables: list[str] = []
     for name in type(model).model_fields:
@@ -86,6 +94,8 @@ def to_toml(model: BaseModel, prefix: str = "") -> str:
 
 
 def _toml_value(v: object) -> str:
+    from pydantic import BaseModel
+
     if isinstance(v, BaseModel):  # a harness's typed options inside harness.options
         return _toml_value(v.model_dump(mode="json"))
     if isinstance(v, bool):

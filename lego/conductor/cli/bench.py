@@ -7,18 +7,19 @@ import click
 
 from lego.conductor.cli.main import LazyGroup
 
-BENCHES = {
-    "engine": "lego.conductor.bench.engine:command",
-    "proxy": "lego.conductor.bench.proxy:command",
-    "sandbox": "lego.conductor.bench.sandbox:command",
-    "trainer": "lego.conductor.bench.trainer:command",
-    "learn": "lego.conductor.bench.learn:command",
-    "reasoning": "lego.conductor.bench.reasoning:command",
-    "probe": "lego.conductor.bench.probe:command",
+BENCHES: dict[str, tuple[str, str]] = {
+    "engine": ("lego.conductor.bench.engine:command", "Engine throughput and latency."),
+    "proxy": ("lego.conductor.bench.proxy:command", "Proxy overhead per call."),
+    "sandbox": ("lego.conductor.bench.sandbox:command", "Sandbox create-to-ready and grade latency."),
+    "trainer": ("lego.conductor.bench.trainer:command", "Trainer step speed."),
+    "learn": ("lego.conductor.bench.learn:command", "Does the embedded default learn (best-vs-best)."),
+    "reasoning": ("lego.conductor.bench.reasoning:command", "Reasoning-history policies compared."),
+    "probe": ("lego.conductor.bench.probe:command", "Teacher-forced probability of chosen tokens."),
+    "cli": ("lego.conductor.bench.cli:command", "Start-up time of the first commands vs python -c pass."),
 }
 
 
 @click.group("bench", cls=LazyGroup, lazy=BENCHES)
 def bench_group() -> None:
     """Benchmarks (JSON out): engine throughput, proxy overhead, sandbox latency, trainer speed,
-    and the learning curve of the embedded default."""
+    the learning curve of the embedded default, and the CLI's start-up."""

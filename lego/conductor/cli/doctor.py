@@ -7,6 +7,8 @@ import importlib.metadata
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import click
@@ -48,21 +50,38 @@ def _pkg_version(name: str) -> str | None:
 
 
 def _check_torch() -> list[Check]:
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError:
+    """torch and the GPU, read without importing torch (seconds): its package metadata says the build,
+    the NVIDIA driver (``nvidia-smi``) which GPUs there are."""
+    version = _pkg_version("torch")
+    if version is None:
         return [
             Check("torch", False, "not installed", "pip install torch==2.13.0 (CPU) or a CUDA build", required=True)
         ]
-    cuda = torch.cuda.is_available()
-    detail = f"{torch.__version__}; CUDA {'available: ' + torch.cuda.get_device_name(0) if cuda else 'not available'}"
+    cuda_build = "+cpu" not in version
+    gpus = (_run(["nvidia-smi", "-L"], timeout=5) or "") if shutil.which("nvidia-smi") else ""
+    found = cuda_build and gpus.startswith("GPU")
+    detail = f"{version}; " + (f"CUDA build, {gpus}" if found else "CPU build" if not cuda_build else "no GPU found")
     return [
         Check("torch", True, detail, required=True),
         Check(
             "CUDA GPU",
-            cuda,
-            "found" if cuda else "none: training and serving run on the CPU (fine for the embedded default)",
-            "" if cuda else "for Qwen3-class models install a CUDA torch build on a GPU machine",
+            found,
+            "found" if found else "none: training and serving run on the CPU (fine for the embedded default)",
+            "" if found else "for Qwen3-class models install a CUDA torch build on a GPU machine",
+        ),
+    ]
+
+
+def _check_dirs() -> list[Check]:
+    """Where lego keeps what it downloads and builds (LEGO_DATA_DIR) and what it can rebuild (LEGO_CACHE_DIR)."""
+    from lego.paths import cache_dir, data_dir
+
+    return [
+        Check("data dir", True, f"{data_dir()} (harness installs, sandbox runtimes; LEGO_DATA_DIR moves it)"),
+        Check(
+            "cache dir",
+            True,
+            f"{cache_dir()} (models, task repos and environments, tokenizers; LEGO_CACHE_DIR moves it)",
         ),
     ]
 
@@ -147,10 +166,8 @@ def _check_harnesses() -> list[Check]:
     return out
 
 
-def collect_checks() -> list[Check]:
-    """Everything `lego doctor` reports, in table order."""
-    checks = [Check("python", True, f"{platform.python_version()} ({platform.machine()})", required=True)]
-    checks += _check_torch()
+def _packages() -> list[Check]:
+    checks = []
     for pkg, fix in (("transformers", "pip install transformers"),):
         v = _pkg_version(pkg)
         checks.append(Check(pkg, v is not None, v or "missing", "" if v else fix, required=True))
@@ -163,20 +180,32 @@ def collect_checks() -> list[Check]:
             "" if v else "pip install 'lego-rl[vllm]' on a CUDA machine",
         )
     )
-    checks.append(_check_docker())
-    checks.append(_check_bwrap())
-    checks += _check_sandbox_limits()
-    checks.append(
-        _check_binary(
-            "socat", ["socat", "-V"], "apt-get install socat (bridges the proxy into sandboxes)", required=True
-        )
-    )
-    checks.append(_check_binary("git", ["git", "--version"], "apt-get install git", required=True))
-    checks.append(
-        _check_binary("node", ["node", "--version"], "install Node.js >= 20 for opencode, claude-code and codex")
-    )
-    checks += _check_harnesses()
     return checks
+
+
+def collect_checks() -> list[Check]:
+    """Everything `lego doctor` reports, in table order. The checks that run programs (docker, bwrap,
+    nvidia-smi, ...) run side by side: the answer takes as long as the slowest, not their sum."""
+    groups: list[Callable[[], Check | list[Check]]] = [
+        lambda: Check("python", True, f"{platform.python_version()} ({platform.machine()})", required=True),
+        _check_torch,
+        _packages,
+        _check_docker,
+        _check_bwrap,
+        _check_sandbox_limits,
+        lambda: _check_binary(
+            "socat", ["socat", "-V"], "apt-get install socat (bridges the proxy into sandboxes)", required=True
+        ),
+        lambda: _check_binary("git", ["git", "--version"], "apt-get install git", required=True),
+        lambda: _check_binary(
+            "node", ["node", "--version"], "install Node.js >= 20 for opencode, claude-code and codex"
+        ),
+        _check_harnesses,
+        _check_dirs,
+    ]
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        results = list(pool.map(lambda check: check(), groups))
+    return [c for r in results for c in (r if isinstance(r, list) else [r])]
 
 
 @click.command()

@@ -1,7 +1,9 @@
 """`lego`: the command-line entry point.
 
-Commands are imported lazily (``LazyGroup``) so `lego --help` stays fast and a command whose
-optional dependency is missing fails only when used. Every command that fails on bad input prints
+Commands are imported lazily (``LazyGroup``: `lego --help` lists them from :data:`COMMANDS` and
+imports none), so `--help`, `version`, `config`, `tasks list`, `doctor` and a user's mistake answer
+without loading torch, and a command whose optional dependency is missing fails only when used.
+`lego bench cli` measures it. Every command that fails on bad input prints
 what was wrong and how to fix it, and exits with code 2.
 """
 
@@ -16,29 +18,31 @@ import click
 from lego import __version__
 from lego.errors import ConfigError, LegoError, ModelError, TaskError
 
-# name -> "module:attr"; each module defines one click command or group.
-COMMANDS: dict[str, str] = {
-    "version": "lego.conductor.cli.basic:version",
-    "doctor": "lego.conductor.cli.doctor:doctor",
-    "config": "lego.conductor.cli.basic:config_group",
-    "models": "lego.conductor.cli.models:models_group",
-    "generate": "lego.conductor.cli.models:generate",
-    "proxy": "lego.conductor.cli.proxy:proxy",
-    "tasks": "lego.conductor.cli.tasks:tasks_group",
-    "harness": "lego.conductor.cli.harness:harness_group",
-    "run": "lego.conductor.cli.run:run",
-    "sft": "lego.conductor.cli.sft:sft",
-    "train": "lego.conductor.cli.train:train",
-    "report": "lego.conductor.cli.train:report",
-    "eval": "lego.conductor.cli.eval:eval_group",
-    "bench": "lego.conductor.cli.bench:bench_group",
+# name -> ("module:attr", short help); each module defines one click command or group. The short help
+# is here so `lego --help` lists every command without importing any of them (several pull in torch).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "version": ("lego.conductor.cli.basic:version", "Print lego's version, Python's and torch's."),
+    "doctor": ("lego.conductor.cli.doctor:doctor", "Check this machine for everything lego uses."),
+    "config": ("lego.conductor.cli.basic:config_group", "Inspect configuration files."),
+    "models": ("lego.conductor.cli.models:models_group", "Build, import and check models."),
+    "generate": ("lego.conductor.cli.models:generate", "Sample one completion from a model."),
+    "proxy": ("lego.conductor.cli.proxy:proxy", "Serve a policy to any harness and record its calls."),
+    "tasks": ("lego.conductor.cli.tasks:tasks_group", "List, build, make and validate tasks."),
+    "harness": ("lego.conductor.cli.harness:harness_group", "List and install agent harnesses."),
+    "run": ("lego.conductor.cli.run:run", "Run ONE rollout and print its reward."),
+    "sft": ("lego.conductor.cli.sft:sft", "Warm-start SFT on lego-agent conversations."),
+    "train": ("lego.conductor.cli.train:train", "Run GSPO in an unmodified harness."),
+    "report": ("lego.conductor.cli.train:report", "Plots and an HTML report of a training run."),
+    "eval": ("lego.conductor.cli.eval:eval_group", "The policy x harness matrix with confidence intervals."),
+    "bench": ("lego.conductor.cli.bench:bench_group", "Benchmarks: engine, proxy, sandbox, trainer, learn, cli."),
 }
 
 
 class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use."""
+    """A click group whose subcommands are imported on first use; ``--help`` lists them from the
+    short help each entry carries, importing none."""
 
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = lazy or {}
 
@@ -47,13 +51,19 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
-            module_name, _, attr = self.lazy[cmd_name].partition(":")
+            module_name, _, attr = self.lazy[cmd_name][0].partition(":")
             try:
                 cmd = getattr(importlib.import_module(module_name), attr)
             except (ImportError, AttributeError) as exc:
                 return _unavailable(cmd_name, exc)
             return cmd  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, self.lazy[name][1]) for name in self.list_commands(ctx) if name in self.lazy]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 def _unavailable(name: str, exc: Exception) -> click.Command:
@@ -85,21 +95,19 @@ def cli() -> None:
 
 
 def _quiet_libraries() -> None:
-    """lego draws its own progress; silence transformers' per-load bars and info logs."""
+    """lego draws its own progress; silence transformers' per-load bars and info logs. By environment
+    variables, read when those libraries are first imported: importing them here would cost every
+    command (`lego --help` included) seconds."""
     import os
     import warnings
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' bars follow huggingface_hub's
     # peft asks transformers for `is_gradient_checkpointing`, deprecated in transformers 5: a warning
     # about library internals that opened every `lego train`, with nothing for the user to do.
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        return
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 def _one_line(exc: Exception) -> str:
