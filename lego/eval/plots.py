@@ -46,8 +46,11 @@ def heatmap(
     vmax: float,
     cmap: str = "viridis",
     colorbar: str = "",
+    percent: bool = False,
 ) -> Any:
-    """A rows x cols heatmap with a text label in every cell (NaN cells drawn grey, labelled as given)."""
+    """A rows x cols heatmap with a text label in every cell (NaN cells drawn grey, labelled as given).
+    ``percent``: the values are fractions the cells label in %, so the colour bar's ticks are % too
+    (signed, in points, when the scale is centred on 0)."""
     h = max(2.5, 0.7 * len(rows) + 1.5)
     w = max(4.0, 1.9 * len(cols) + 2.5)
     fig, ax = plt.subplots(figsize=(w, h))
@@ -63,5 +66,10 @@ def heatmap(
             dark = not math.isnan(v) and (v < mid if cmap == "viridis" else abs(v - mid) > (vmax - vmin) / 3)
             ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=9, color="white" if dark else "black")
     ax.set_title(title)
-    fig.colorbar(im, ax=ax, label=colorbar, fraction=0.046, pad=0.04)
+    bar = fig.colorbar(im, ax=ax, label=colorbar, fraction=0.046, pad=0.04)
+    if percent:
+        from matplotlib.ticker import FuncFormatter
+
+        signed = vmin < 0 < vmax
+        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v * 100:+.0f}" if signed else f"{v * 100:.0f}%"))
     return fig

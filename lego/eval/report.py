@@ -199,7 +199,8 @@ def _pass1_heatmap(results: EvalResults, path: Path) -> Path:
         "pass@1 with 95% CI (over tasks)",
         vmin=0.0,
         vmax=1.0,
-        colorbar="pass@1",
+        colorbar="pass@1 (%)",
+        percent=True,
     )
     return save_png(fig, path)
 
@@ -227,7 +228,8 @@ def _transfer_heatmap(results: EvalResults, path: Path) -> Path:
             vmin=-lim,
             vmax=lim,
             cmap="RdBu",
-            colorbar="delta pass@1",
+            colorbar="delta pass@1 (pp)",
+            percent=True,
         )
     else:
         fig = heatmap(
@@ -238,7 +240,8 @@ def _transfer_heatmap(results: EvalResults, path: Path) -> Path:
             "Transfer: pass@1 (%); * = trained harness",
             vmin=0.0,
             vmax=1.0,
-            colorbar="pass@1",
+            colorbar="pass@1 (%)",
+            percent=True,
         )
     return save_png(fig, path)
 

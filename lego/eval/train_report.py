@@ -28,7 +28,19 @@ from lego.eval.plots import data_uri, save_png
 from lego.io import atomic_write_text, read_jsonl
 from lego.types import StepMetrics, Trajectory
 
-__all__ = ["SECTIONS", "group_metrics", "harness_table", "load_metrics", "load_trajectories", "write_train_report"]
+__all__ = [
+    "PEARSON_FLOOR",
+    "SECTIONS",
+    "fill_counts",
+    "gate_floor",
+    "group_metrics",
+    "harness_table",
+    "load_metrics",
+    "load_trajectories",
+    "panel_figure",
+    "pearson_limits",
+    "write_train_report",
+]
 
 Series = dict[str, list[tuple[int, float]]]
 
@@ -119,34 +131,93 @@ def _step_axis(ax: plt.Axes, fontsize: float | None = None) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _panels(series: Series, title: str, path: Path, legend: bool = False) -> Path:
-    """One small line plot per entry (or, with ``legend``, all entries in one axis)."""
+PEARSON_FLOOR = 0.99
+"""The fidelity gate's floor when the run's config.toml does not say (``training.fidelity.min_pearson``)."""
+
+
+def _is_pearson(name: str) -> bool:
+    return "pearson" in name
+
+
+def pearson_limits(values: list[float], floor: float) -> tuple[float, float]:
+    """A fixed y range for a Pearson panel: up to 1, down to below the gate's floor (or the lowest
+    value), so noise at 1 - 1e-10 reads as a flat line at 1 and a fall toward the floor as a fall."""
+    lowest = min([v for v in values if math.isfinite(v)], default=floor)
+    return min(floor, lowest) - 0.1 * (1.0 - min(floor, lowest)), 1.0 + 0.02 * (1.0 - floor)
+
+
+def _draw(ax: plt.Axes, name: str, xs: tuple[int, ...], ys: tuple[float, ...], floor: float, **kw: object) -> None:
+    ax.plot(xs, ys, marker="o", ms=6 if len(xs) == 1 else 3, **kw)  # type: ignore[arg-type]
+    ax.ticklabel_format(axis="y", useOffset=False)  # never a "+1e-10" offset that turns noise into swings
+    if len(xs) == 1:
+        ax.annotate(f"{ys[0]:.4g}", (xs[0], ys[0]), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    if _is_pearson(name):
+        ax.set_ylim(*pearson_limits(list(ys), floor))
+        ax.axhline(floor, color="tab:red", linestyle="--", linewidth=1, label=f"gate floor {floor:g}")
+
+
+def panel_figure(series: Series, title: str, legend: bool = False, floor: float = PEARSON_FLOOR) -> plt.Figure:
+    """One small line plot per entry (or, with ``legend``, all entries in one axis). A Pearson
+    metric is drawn on a fixed scale with the fidelity gate's floor as a dashed line; a one-point
+    series is a marked dot labelled with its value."""
     names = list(series)
     if legend:
         fig, ax = plt.subplots(figsize=(6, 3.2))
         for n in names:
             xs, ys = zip(*series[n], strict=True) if series[n] else ((), ())
-            ax.plot(xs, ys, marker="o", ms=3, label=n)
+            _draw(ax, "", xs, ys, floor, label=n)
+        if _is_pearson(title):  # one harness per line: one scale and one floor for all of them
+            ax.set_ylim(*pearson_limits([y for n in names for _, y in series[n]], floor))
+            ax.axhline(floor, color="tab:red", linestyle="--", linewidth=1, label=f"gate floor {floor:g}")
         ax.set_title(title, fontsize=10)
         _step_axis(ax)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-        return save_png(fig, path)
+        return fig
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
     for ax, n in zip(axes.flat, names, strict=False):
         xs, ys = zip(*series[n], strict=True)
-        ax.plot(xs, ys, marker="o", ms=3)
+        _draw(ax, n, xs, ys, floor)
         ax.set_title(n, fontsize=9)
         _step_axis(ax, fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
+        if _is_pearson(n):
+            ax.legend(fontsize=7, loc="lower left")
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout()
-    return save_png(fig, path)
+    return fig
+
+
+def _panels(series: Series, title: str, path: Path, legend: bool = False, floor: float = PEARSON_FLOOR) -> Path:
+    return save_png(panel_figure(series, title, legend, floor), path)
+
+
+def fill_counts(series: Series) -> Series:
+    """Counts and fractions that the trainer logs only on the steps they occur (``termination/<label>``,
+    ``guards/<flag>``) are 0 on the other logged steps: filled in, so such a panel is a line, not a dot."""
+    steps = sorted({s for v in series.values() for s, _ in v})
+    out = dict(series)
+    for name, points in series.items():
+        if name.startswith(("termination/", "terminations/", "guards/", "guard/")):
+            have = dict(points)
+            out[name] = [(s, have.get(s, 0.0)) for s in steps]
+    return out
+
+
+def gate_floor(run: Path) -> float:
+    """``training.fidelity.min_pearson`` from the run's config.toml (the default floor without one)."""
+    import tomllib
+
+    try:
+        cfg = tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))
+        return float(cfg["training"]["fidelity"]["min_pearson"])
+    except (OSError, KeyError, TypeError, ValueError, tomllib.TOMLDecodeError):
+        return PEARSON_FLOOR
 
 
 def _stacked(counts: dict[int, Counter[str]], title: str, ylabel: str, path: Path) -> Path:
@@ -227,7 +298,8 @@ def _slug(s: str) -> str:
 def write_train_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Write the plots (next to the page, in ``<page stem>_plots/``) and the HTML page; return its path."""
     run = Path(run_dir)
-    series = load_metrics(run)
+    series = fill_counts(load_metrics(run))
+    floor = gate_floor(run)
     trajs = load_trajectories(run)
     harnesses = {t.harness for ts in trajs.values() for t in ts if t.harness}
     sections, per_harness = group_metrics(series, harnesses)
@@ -240,10 +312,10 @@ def write_train_report(run_dir: str | Path, out: str | Path | None = None) -> Pa
         for i in range(0, len(names), _MAX_PANELS):
             part = {n: group[n] for n in names[i : i + _MAX_PANELS]}
             suffix = f" ({i // _MAX_PANELS + 1})" if len(names) > _MAX_PANELS else ""
-            png = _panels(part, title + suffix, plots / f"{_slug(title)}_{i // _MAX_PANELS}.png")
+            png = _panels(part, title + suffix, plots / f"{_slug(title)}_{i // _MAX_PANELS}.png", floor=floor)
             figures.append((title + suffix, data_uri(png)))
     for base, by_h in sorted({**per_harness, **traj_per_h}.items()):
-        png = _panels(by_h, f"per harness: {base}", plots / f"harness_{_slug(base)}.png", legend=True)
+        png = _panels(by_h, f"per harness: {base}", plots / f"harness_{_slug(base)}.png", legend=True, floor=floor)
         figures.append((f"Per harness: {base}", data_uri(png)))
     if trajs:
         figures.append(

@@ -156,7 +156,8 @@ def test_ctrl_c_stops_within_seconds_and_says_how_to_resume(tasks: Path, tiny_mo
     assert took < 15, f"Ctrl-C took {took:.1f}s"
     saved = len(read_jsonl(out / "metrics.jsonl"))
     assert saved >= 1
-    assert f"saved step {saved}; continue with `lego train --resume`" in stdout, stdout[-3000:]
+    # the command as invoked (here `python -m ...`; tests/lego/test_newcomer.py: a typed .venv/bin/lego)
+    assert f"saved step {saved}; continue with `{sys.executable} -m lego.conductor.cli.main train --resume`" in stdout
     # off a terminal the log says what happens: loading, each rollout, each step
     assert "loading the policy" in stdout and "step 1 rollout 1/2:" in stdout and "step 1/2 |" in stdout
     assert "Warning" not in stdout, stdout[:2000]  # nothing from the libraries opens the run

@@ -110,6 +110,24 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
+def invoked_as() -> str:
+    """This CLI as the user started it, to print in a command they can type again: ``lego`` when that
+    is what their PATH finds, the path they typed otherwise (``.venv/bin/lego`` after the README's
+    set-up), ``python -m lego.conductor.cli.main`` under ``-m``."""
+    import os
+    import shlex
+    import shutil
+
+    prog = sys.argv[0] if sys.argv and sys.argv[0] else "lego"
+    if prog.endswith(".py") or prog == "-m":
+        return f"{shlex.quote(sys.executable)} -m lego.conductor.cli.main"
+    name = os.path.basename(prog)
+    found = shutil.which(name)
+    if found is not None and os.path.realpath(found) == os.path.realpath(prog):
+        return name
+    return shlex.quote(prog)
+
+
 def _one_line(exc: Exception) -> str:
     """An error's message on one line (a wrapped library error may span several)."""
     return " ".join(str(exc).split())

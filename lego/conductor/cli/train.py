@@ -10,6 +10,7 @@ import sys
 import click
 
 from lego.conductor.cli.basic import override_option
+from lego.conductor.cli.main import invoked_as
 
 __all__ = ["report", "train"]
 
@@ -55,14 +56,12 @@ def train(config: str | None, resume: bool, overrides: tuple[str, ...], unsafe_n
     try:
         run = run_train(cfg, resume=resume)
     except TrainingInterrupted as stop:
+        lego = invoked_as()  # as typed: `.venv/bin/lego` after the README's set-up is not on PATH
+        flags = _same_flags(config, overrides) + (" --unsafe-no-isolation" if unsafe_no_isolation else "")
         if stop.saved_step:
-            click.echo(
-                f"saved step {stop.saved_step}; continue with `lego train --resume`{_same_flags(config, overrides)}"
-            )
+            click.echo(f"saved step {stop.saved_step}; continue with `{lego} train --resume`{flags}")
         else:
-            click.echo(
-                "no step finished, nothing saved; start again with `lego train`" + _same_flags(config, overrides)
-            )
+            click.echo(f"no step finished, nothing saved; start again with `{lego} train`{flags}")
         sys.stdout.flush()
         sys.stderr.flush()
         # Rollout threads may still be draining a closed proxy; the interpreter would join them at exit.
