@@ -11,7 +11,11 @@ other sandbox. Why this range: 0x70000000 + 0..65535 lies above the ranges that 
 container uids from (524288-1879048191) and that /etc/subuid allocations use, and below 2**31,
 where tools that keep uids in signed ints fail. A slot is held by an flock on a file in
 ``<tmp>/lego-uids``, released by the kernel when its holder dies, so concurrent lego processes never
-share a uid; a slot whose uid names a user in the passwd database is skipped.
+share a uid; a slot whose uid names a user in the passwd database is skipped. The file goes with its
+lock: :meth:`HostIdentity.release` deletes it, and every allocation deletes the files whose holder
+died without releasing (a killed lego), so the directory holds one file per live sandbox. A lock is
+held only while its file is still the one at that path (checked after locking), so deleting a file
+never lets two processes hold one slot.
 
 When lego runs as an ordinary user, the sandbox runs as that user (as before); the per-user
 accounts are then shared with that user's other processes.
@@ -49,7 +53,7 @@ from pathlib import Path
 
 from lego.errors import SandboxError
 
-__all__ = ["UID_BASE", "HostIdentity", "enter_private_ns"]
+__all__ = ["UID_BASE", "HostIdentity", "enter_private_ns", "sweep_locks"]
 
 UID_BASE = 0x70000000
 _SLOTS = 65536
@@ -67,6 +71,7 @@ class HostIdentity:
     gid: int
     privileged: bool
     _lock: int | None = None
+    _path: Path | None = None
 
     @classmethod
     def allocate(cls) -> HostIdentity:
@@ -74,24 +79,59 @@ class HostIdentity:
             return cls(os.getuid(), os.getgid(), False)
         locks = Path(tempfile.gettempdir()) / "lego-uids"
         locks.mkdir(mode=0o700, exist_ok=True)
+        sweep_locks(locks)
         for slot in random.sample(range(_SLOTS), 256):
             uid = UID_BASE + slot
             with contextlib.suppress(KeyError):
                 pwd.getpwuid(uid)
                 continue
-            fd = os.open(locks / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            path = locks / str(uid)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            if not _locked(fd, path):
                 os.close(fd)
                 continue
-            return cls(uid, uid, True, fd)
+            return cls(uid, uid, True, fd, path)
         raise SandboxError(f"no free sandbox uid in {UID_BASE}+0..{_SLOTS}; close other lego runs and retry")
 
     def release(self) -> None:
         if self._lock is not None:
+            if self._path is not None:  # delete while still holding the lock (see the module docstring)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._path)
             os.close(self._lock)
             self._lock = None
+
+
+def _locked(fd: int, path: Path) -> bool:
+    """Take ``fd``'s flock without waiting, and keep it only if ``path`` is still that file."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:  # deleted by its releaser or a sweep after we opened it
+        return False
+
+
+def sweep_locks(locks: Path) -> int:
+    """Delete the lock files in ``locks`` that no live process holds (their sandbox's lego was killed);
+    returns how many. A held lock is untouched: taking it fails at once."""
+    removed = 0
+    for path in locks.iterdir():
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if _locked(fd, path):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _check(rc: int, what: str) -> None:
