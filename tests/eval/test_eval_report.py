@@ -128,10 +128,10 @@ def test_cli_options_and_task_loading(tmp_path: Path) -> None:
 
     runner = CliRunner()
     assert runner.invoke(eval_group, []).exit_code == 2  # no --policy / --harness: usage error
-    res = runner.invoke(eval_group, ["--policy", "oracle", "--harness", "h", "--tasks", str(tasks),
+    res = runner.invoke(eval_group, ["--policy", "oracle", "--harness", "lego-agent", "--tasks", str(tasks),
                                      "--sample-fn", "no_such_module:f", "--out", str(tmp_path / "o")])  # fmt: skip
     assert isinstance(res.exception, ConfigError) and "no_such_module" in str(res.exception)
-    res = runner.invoke(eval_group, ["--policy", "oracle", "--policy", "t=m", "--harness", "h", "--tasks", str(tasks),
+    res = runner.invoke(eval_group, ["--policy", "oracle", "--policy", "t=m", "--harness", "lego-agent", "--tasks", str(tasks),
                                      "--samples", "2", "--bootstrap", "200", "--out", str(tmp_path / "o2"),
                                      "--sample-fn", "deterministic_rollout:factory"])  # fmt: skip
     assert res.exit_code == 0, res.output

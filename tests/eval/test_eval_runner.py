@@ -126,8 +126,8 @@ def _cli(out: Path, tasks: Path, calls: Path, sleep: str) -> subprocess.Popen[by
         "LEGO_TEST_SAMPLE_SLEEP": sleep,
     }
     argv = [sys.executable, "-m", "lego.conductor.cli.main", "eval", "--policy", "oracle", "--policy", "base=m",
-            "--policy", "rl=ck", "--base", "rl=base", "--harness", "h1", "--harness", "h2",
-            "--harness", "h3", "--tasks", f"{tasks}:heldout", "--samples", "2", "--seed", "11",
+            "--policy", "rl=ck", "--base", "rl=base", "--harness", "lego-agent", "--harness", "aider",
+            "--harness", "mini-swe-agent", "--tasks", f"{tasks}:heldout", "--samples", "2", "--seed", "11",
             "--concurrency", "3", "--bootstrap", "300", "--out", str(out),
             "--sample-fn", "deterministic_rollout:factory"]  # fmt: skip
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
