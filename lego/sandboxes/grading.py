@@ -53,7 +53,7 @@ from lego.config import SandboxConfig
 from lego.errors import GradingError, SandboxError
 from lego.sandboxes.evidence import Evidence, RunRecords, judge, parse_run, test_function
 from lego.sandboxes.factory import create_sandbox
-from lego.sandboxes.guards import filter_diff, patch_paths, split_diff
+from lego.sandboxes.guards import filter_diff, patch_paths, split_diff, tracked_files
 from lego.sandboxes.perturb import FilePlan, find_sites, plan_perturbations, render
 from lego.sandboxes.templates import git
 from lego.sandboxes.verifier import grade_verifier, is_harbor
@@ -88,19 +88,6 @@ def _pytest_cmd(task: Task) -> tuple[str, dict[str, str], list[str]]:
         f"task {task.instance_id}: test_cmd {task.test_cmd!r} is not `python -m pytest ...` or `pytest ...`; "
         "lego grades pytest tasks only"
     )
-
-
-def _tracked(sb: Sandbox) -> dict[str, str]:
-    """``{path: git mode}`` of every file in the (still pristine) grading sandbox's repo."""
-    run = sb.exec(["git", "ls-files", "-s", "-z"], env={"GIT_CONFIG_GLOBAL": "/dev/null"}, timeout=60)
-    if run.exit_code != 0:
-        raise GradingError(f"cannot list the pristine repo's files: {run.stderr.strip()}")
-    out = {}
-    for entry in run.stdout.split("\0"):
-        meta, _, path = entry.partition("\t")
-        if path:
-            out[path] = meta.split(" ")[0]
-    return out
 
 
 def _test_files(task: Task, sb: Sandbox, tracked: dict[str, str], names: list[str]) -> dict[str, str]:
@@ -211,7 +198,7 @@ def _pristine_failure(task: Task, cfg: SandboxConfig, names: list[str], limit: f
             return _PRISTINE[key]
 
     def work(_: int, sb: Sandbox) -> str | None:
-        tracked = _tracked(sb)
+        tracked = tracked_files(sb)
         plans = [FilePlan(p, t, find_sites(t, p)) for p, t in _test_files(task, sb, tracked, names).items()]
         plan_perturbations(plans, set(), 1)
         report = _run(sb, task, "", {p.path: render(p, -1) for p in plans}, names, limit)
@@ -287,7 +274,7 @@ def _round(
     def work(r: int, sb: Sandbox) -> dict[str, Any]:
         if r == 0:  # the first sandbox, still pristine, gives the file list and the hidden test files
             try:
-                tracked = _tracked(sb)
+                tracked = tracked_files(sb)
                 shared["kept"], shared["excluded"] = filter_diff(diff, tracked, protected=patch_paths(task.test_patch))
                 plans = [FilePlan(p, t, find_sites(t, p)) for p, t in _test_files(task, sb, tracked, names).items()]
                 plan_perturbations(plans, {test_function(n) for n in names}, RUNS)

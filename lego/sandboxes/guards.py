@@ -42,7 +42,9 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from lego.errors import GradingError
 from lego.sandboxes.templates import verify_history_strip
+from lego.seams import Sandbox
 
 __all__ = [
     "HACK_SIGNATURES",
@@ -54,6 +56,7 @@ __all__ = [
     "scan_hack_signatures",
     "split_diff",
     "tamper_reason",
+    "tracked_files",
     "verify_history_strip",
 ]
 
@@ -322,3 +325,17 @@ def guard_flags(
     }
     flags.update({f"hack/{h}": True for h in hacks})
     return flags
+
+
+def tracked_files(sb: Sandbox) -> dict[str, str]:
+    """``{path: git mode}`` of every file in a (still pristine) sandbox's repo: what the allow-list of
+    :func:`filter_diff` checks a diff against."""
+    run = sb.exec(["git", "ls-files", "-s", "-z"], env={"GIT_CONFIG_GLOBAL": "/dev/null"}, timeout=60)
+    if run.exit_code != 0:
+        raise GradingError(f"cannot list the pristine repo's files: {run.stderr.strip()}")
+    out = {}
+    for entry in run.stdout.split("\0"):
+        meta, _, path = entry.partition("\t")
+        if path:
+            out[path] = meta.split(" ")[0]
+    return out

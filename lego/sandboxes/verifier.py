@@ -45,7 +45,7 @@ from lego.config import SandboxConfig
 from lego.engines.script_answer import ScriptAnswer
 from lego.errors import GradingError, SandboxError
 from lego.sandboxes.factory import create_sandbox
-from lego.sandboxes.guards import filter_diff
+from lego.sandboxes.guards import filter_diff, tracked_files
 from lego.seams import Sandbox
 from lego.types import GradeResult, Task
 
@@ -93,18 +93,6 @@ def _tests_tar(tests: Path) -> bytes:
     return buf.getvalue()
 
 
-def _tracked(sb: Sandbox) -> dict[str, str]:
-    run = sb.exec(["git", "ls-files", "-s", "-z"], env={"GIT_CONFIG_GLOBAL": "/dev/null"}, timeout=60)
-    if run.exit_code != 0:
-        raise GradingError(f"cannot list the pristine repo's files: {run.stderr.strip()}")
-    out = {}
-    for entry in run.stdout.split("\0"):
-        meta, _, path = entry.partition("\t")
-        if path:
-            out[path] = meta.split(" ")[0]
-    return out
-
-
 def _parse_reward(name: str, text: str) -> float:
     """The reward a file holds; ValueError naming what is wrong."""
     if name == "reward.txt":
@@ -146,7 +134,7 @@ def _run(task: Task, diff: str, cfg: SandboxConfig, timeout: float) -> tuple[flo
     harbor = task.metadata["harbor"]
     sb = create_sandbox(cfg, task)
     try:
-        kept, excluded = filter_diff(diff, _tracked(sb))
+        kept, excluded = filter_diff(diff, tracked_files(sb))
         log = [f"excluded from the graded diff: {', '.join(excluded)}"] if excluded else []
         if kept.strip():
             sb.write(_PATCH, kept.encode())
