@@ -188,15 +188,17 @@ def _tool_choice(config: dict[str, Any] | None, tools: list[dict[str, Any]]) -> 
         raise refuse(f"{where}.mode", f"unsupported mode {mode!r}; use AUTO, ANY or NONE")
     if not allowed:
         return "required"
-    names = {t["function"]["name"] for t in tools}
     if len(allowed) == 1:
         return {"type": "function", "function": {"name": allowed[0]}}
+    names = {t["function"]["name"] for t in tools}
     if set(allowed) == names:
         return "required"
-    raise refuse(
-        f"{where}.allowedFunctionNames",
-        "a subset of several declared functions cannot be enforced; name one function or all of them",
-    )
+    unknown = sorted(set(allowed) - names)
+    if unknown:
+        raise refuse(f"{where}.allowedFunctionNames", f"{unknown} are not among the declared functions")
+    # several of the declared functions: a call of one of them, enforced like OpenAI's allowed_tools
+    tools_of = [{"type": "function", "function": {"name": str(n)}} for n in allowed]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": tools_of}}
 
 
 class _Ranges(BaseModel):

@@ -17,6 +17,7 @@ plain text. ``parallel_tool_calls = false`` ends the turn after its first comple
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from lego.models.tool_grammar import call_regex
 from lego.proxies.canonical import ChatFormatLike, ChatRequest, Message
@@ -25,7 +26,7 @@ from lego.proxies.sampling import apply_stop
 from lego.proxies.sessions import Session
 from lego.types import Generation
 
-__all__ = ["FORCEABLE", "check_tool_choice", "end_after_first_call", "forced_prefix", "forced_regex"]
+__all__ = ["FORCEABLE", "allowed_names", "check_tool_choice", "end_after_first_call", "forced_prefix", "forced_regex"]
 
 _CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
 FORCEABLE = ("hermes", "qwen3_coder")
@@ -64,7 +65,17 @@ def forced_prefix(req: ChatRequest, fmt: str) -> tuple[str, str | None]:
             "tool_choice that forces a tool call cannot be combined with an assistant prefill",
             param="tool_choice",
         )
-    if tc == "required":
+    allowed = allowed_names(req)
+    if allowed is not None:
+        unknown = sorted(set(allowed) - set(names))
+        if unknown or not allowed:
+            raise ApiError(
+                400,
+                f"tool_choice allows {unknown or 'no'} tool(s) not among the tools {names}",
+                param="tool_choice",
+            )
+        wanted = allowed[0] if len(allowed) == 1 else ""
+    elif tc == "required":
         wanted = names[0] if len(names) == 1 else ""
     elif isinstance(tc, dict) and tc.get("type") == "function":
         fn = tc.get("function")
@@ -78,7 +89,8 @@ def forced_prefix(req: ChatRequest, fmt: str) -> tuple[str, str | None]:
     else:
         raise ApiError(
             400,
-            f"unsupported tool_choice {tc!r}; use 'auto', 'none', 'required' or a named function",
+            f"unsupported tool_choice {tc!r}; use 'auto', 'none', 'required', a named function or "
+            "allowed_tools with mode 'required'",
             param="tool_choice",
         )
     coder = fmt == "qwen3_coder"
@@ -89,17 +101,42 @@ def forced_prefix(req: ChatRequest, fmt: str) -> tuple[str, str | None]:
     return _CALL_OPEN + '\n{"name": ' + json.dumps(wanted, ensure_ascii=False) + ', "arguments": ', wanted
 
 
+def allowed_names(req: ChatRequest) -> list[str] | None:
+    """The tools an ``allowed_tools`` tool_choice with mode "required" restricts the call to (OpenAI's
+    chat shape ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}`` or the Responses one,
+    ``{"type": "allowed_tools", "mode", "tools"}``; Gemini's ``allowedFunctionNames`` maps onto it);
+    None for any other tool_choice. Mode "auto" (text or one of them) is not enforceable: a 400."""
+    tc = req.tool_choice
+    if not isinstance(tc, dict) or tc.get("type") != "allowed_tools":
+        return None
+    inner = tc.get("allowed_tools")
+    spec: dict[str, Any] = inner if isinstance(inner, dict) else tc
+    if spec.get("mode", "auto") != "required":
+        raise ApiError(
+            400,
+            "allowed_tools with mode 'auto' cannot be enforced; use mode 'required' (or tool_choice 'auto')",
+            param="tool_choice",
+        )
+    out = []
+    for t in spec.get("tools") or []:
+        fn = t.get("function") if isinstance(t, dict) and isinstance(t.get("function"), dict) else t
+        out.append(str(fn.get("name") if isinstance(fn, dict) else fn))
+    return out
+
+
 def forced_regex(req: ChatRequest, fmt: str, wanted: str | None) -> str | None:
     """The constraint on what follows :func:`forced_prefix`'s text (None when nothing is forced)."""
     if wanted is None:
         return None
-    return call_regex(fmt, req.tools, wanted)
+    allowed = allowed_names(req)
+    tools = req.tools if allowed is None else [t for t in req.tools if t["function"]["name"] in allowed]
+    return call_regex(fmt, tools, wanted)
 
 
 def check_tool_choice(s: Session, req: ChatRequest, message: Message, gen: Generation, wanted: str | None) -> None:
     """Refuse (nothing recorded) a reply under a forcing tool_choice that holds no call of a
     declared tool, or calls another than the named one: never a 200 with the wrong tool."""
-    names = {str(t["function"]["name"]) for t in req.tools}
+    names = set(allowed_names(req) or (str(t["function"]["name"]) for t in req.tools))
     called = [str(c["function"]["name"]) for c in message.get("tool_calls") or []]
     if called and all(n in names and (not wanted or n == wanted) for n in called):
         return

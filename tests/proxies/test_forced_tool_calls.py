@@ -212,3 +212,38 @@ def test_the_vllm_path_passes_the_constraint_as_structured_outputs(tiny_model_di
             assert_recorded_as_constrained(srv, "v")
         (sent,) = standin.structured
         assert sent is not None and set(sent) == {"regex"} and sent["regex"].endswith("</tool_call>")
+
+
+def test_a_subset_of_allowed_tools_is_enforced_on_openai_and_gemini(server: ProxyServer) -> None:
+    """OpenAI's ``allowed_tools`` (mode required) and Gemini's ``mode: ANY`` with several of the declared
+    functions: a call of one of the allowed ones, never of the others."""
+    extra = {"type": "function", "function": {"name": "noop", "parameters": {"type": "object", "properties": {}}}}
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [BASH, READ]}}
+    for seed in range(3):
+        r = oai(server, f"al{seed}").chat.completions.create(
+            model="m", messages=USER, tools=[extra, READ, BASH], tool_choice=allowed, max_tokens=48, seed=seed
+        )
+        (call,) = r.choices[0].message.tool_calls
+        assert call.function.name in ("bash", "read")
+        jsonschema.validate(
+            json.loads(call.function.arguments), {"bash": SCHEMA, "read": READ_SCHEMA}[call.function.name]
+        )
+    options = types.HttpOptions(
+        base_url=f"{server.root_url}/s/gsub", api_version="v1beta", retry_options=types.HttpRetryOptions(attempts=1)
+    )
+    decls = [
+        types.FunctionDeclaration(name="noop", parameters_json_schema={"type": "object", "properties": {}}),
+        types.FunctionDeclaration(name="bash", parameters_json_schema=SCHEMA),
+        types.FunctionDeclaration(name="read", parameters_json_schema=READ_SCHEMA),
+    ]
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=decls)],
+        tool_config=types.ToolConfig(
+            function_calling_config=types.FunctionCallingConfig(mode="ANY", allowed_function_names=["bash", "read"])
+        ),
+        max_output_tokens=48,
+    )
+    client = genai.Client(api_key="k", http_options=options)  # held: a collected Client closes its pool
+    r = client.models.generate_content(model="g", contents="list files", config=config)
+    (call,) = r.function_calls
+    assert call.name in ("bash", "read")
