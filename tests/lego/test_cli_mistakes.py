@@ -114,3 +114,15 @@ def test_a_step_whose_rollouts_all_failed_on_infrastructure_stops_the_run(tmp_pa
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert lines == []  # nothing trained, nothing logged as a step
     assert len(list((out / "trajectories" / "step_0001").glob("*.json"))) == 2  # kept for inspection
+
+
+def test_a_sandbox_backend_this_machine_cannot_start_is_refused(tmp_path: Path) -> None:
+    bare = {**os.environ, "PATH": str(tmp_path)}  # neither docker nor bubblewrap can be found
+    for kind, needle in (("docker", "no Docker engine answers"), ("local", "needs bubblewrap")):
+        res = subprocess.run(
+            [sys.executable, "-m", "lego.conductor.cli.main", "train", "-o", f"sandbox.kind={kind}",
+             "-o", f"training.out_dir={tmp_path / 'run'}"],
+            capture_output=True, text=True, timeout=300, cwd=ROOT, env={**bare, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        one_line_exit_2(res, "sandbox.kind", needle)
+    assert not (tmp_path / "run").exists()
