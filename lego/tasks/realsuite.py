@@ -20,20 +20,15 @@ no environment path and no test_patch until then.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-from pydantic import ValidationError
 
 from lego.errors import TaskError
 from lego.io import atomic_write_text
 from lego.tasks.diffs import file_diff, new_file_diff
 from lego.tasks.environments import build_environment
-from lego.tasks.factory import MakeOptions, ProjectResult, ProjectSpec, make_project
 from lego.tasks.materialize import cached_repo
 from lego.tasks.realrepo import checkout_tree, sdist_for, unpack_sdist
 from lego.types import Task, TaskEnvironment
@@ -42,15 +37,10 @@ __all__ = [
     "MANIFEST_PATH",
     "RECIPE_PATH",
     "RealSource",
-    "assign_splits",
-    "load_recipe",
-    "lock_environments",
-    "make_tasks",
     "manifest_lines",
     "materialize_real",
     "read_manifest",
-    "select_projects",
-    "write_outputs",
+    "write_manifest",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "real"
@@ -241,132 +231,3 @@ class RealSource:
             if task.instance_id == instance_id:
                 return self.materialize(task)
         raise TaskError(f"no task {instance_id!r} in {self.path}; list them with `lego tasks list {self.name}`")
-
-
-# -- making a suite ---------------------------------------------------------------------------
-
-
-def load_recipe(path: Path = RECIPE_PATH) -> tuple[list[ProjectSpec], dict[str, Any]]:
-    """A suite recipe (TOML): its ``[[projects]]`` and its run settings (seed, max_per_project, ...)."""
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        specs = [ProjectSpec.model_validate(p) for p in raw.pop("projects", [])]
-    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
-        raise TaskError(f"suite recipe {path} cannot be read: {exc}") from exc
-    return specs, raw
-
-
-def select_projects(specs: list[ProjectSpec], names: list[str]) -> list[ProjectSpec]:
-    """The recipe's projects named in ``names`` (as in the recipe, or by project name); an unknown name
-    is an error listing the ones there are."""
-    from packaging.utils import canonicalize_name
-
-    def name(spec: ProjectSpec) -> str:
-        return canonicalize_name(spec.source.split("==")[0])
-
-    wanted = {canonicalize_name(n.split("==")[0]) for n in names}
-    unknown = wanted - {name(s) for s in specs}
-    if unknown:
-        raise TaskError(f"no project {sorted(unknown)} in the recipe; it has {sorted(name(s) for s in specs)}")
-    return [s for s in specs if name(s) in wanted]
-
-
-def lock_environments(specs: list[ProjectSpec], manifest: Path) -> list[ProjectSpec]:
-    """Specs given the pinned environment a previous manifest recorded for the same project version,
-    so a rebuild installs exactly what the shipped tasks were made with (the manifest is the lock)."""
-    if not manifest.exists():
-        return specs
-    projects, _ = read_manifest(manifest)
-    by_requirement = {f"{p['origin'].get('name')}=={p['origin'].get('version')}": p for p in projects.values()}
-    out = []
-    for spec in specs:
-        hit = by_requirement.get(spec.source.replace(" ", ""))
-        if spec.environment is None and hit is not None:
-            spec = spec.model_copy(update={"environment": TaskEnvironment.model_validate(hit["environment"])})
-        out.append(spec)
-    return out
-
-
-def assign_splits(specs: list[ProjectSpec], heldout: list[str], seed: int) -> list[ProjectSpec]:
-    """Split by project: the named ones held out; with none named and two or more projects, a quarter
-    of them (at least one), picked by a seeded hash of their sources."""
-    if not heldout and len(specs) >= 2:
-        ranked = sorted(specs, key=lambda s: hashlib.sha256(f"{seed}:{s.source}".encode()).hexdigest())
-        heldout = [s.source for s in ranked[: max(1, round(len(specs) / 4))]]
-    names = set(heldout)
-    return [
-        s.model_copy(update={"split": "heldout" if s.source in names or s.source.split("==")[0] in names else "train"})
-        for s in specs
-    ]
-
-
-def make_tasks(
-    specs: list[ProjectSpec], options: MakeOptions, progress: Callable[[str, str], None] | None = None
-) -> list[ProjectResult]:
-    """Every project in turn (each one's mutants on ``options.jobs`` workers)."""
-    return [make_project(spec, options, progress) for spec in specs]
-
-
-def write_outputs(results: list[ProjectResult], out_dir: Path | None, manifest: Path | None = None) -> dict[str, Path]:
-    """``tasks.jsonl`` (SWE-bench records), ``manifest.jsonl`` and ``summary.json`` into ``out_dir``;
-    the manifest (only) to ``manifest`` too when given. Returns what was written."""
-    from lego.tasks.builtin import write_instances
-
-    tasks = [t for r in results for t in r.tasks]
-    projects = [
-        {
-            "project": r.project.name,
-            "version": r.project.version,
-            "split": r.spec.split,
-            "origin": r.project.origin,
-            "environment": r.project.environment,
-            "packages": r.project.packages,
-            "stable": r.stable,
-        }
-        for r in results
-        if r.project is not None and r.tasks
-    ]
-    lines = manifest_lines(tasks, projects)
-    written: dict[str, Path] = {}
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_instances(tasks, out_dir / "tasks.jsonl")
-        write_manifest(out_dir / "manifest.jsonl", lines)
-        atomic_write_text(out_dir / "summary.json", json.dumps(summary(results), indent=2) + "\n")
-        (out_dir / "summary.json").chmod(0o644)
-        written.update(tasks=out_dir / "tasks.jsonl", manifest=out_dir / "manifest.jsonl")
-        written["summary"] = out_dir / "summary.json"
-    if manifest is not None:
-        write_manifest(manifest, lines)
-        written["manifest"] = manifest
-    return written
-
-
-def summary(results: list[ProjectResult]) -> list[dict[str, Any]]:
-    """Per project: what was kept, what was dropped and why, how long it took."""
-    return [
-        {
-            "source": r.spec.source,
-            "project": r.project.name if r.project else None,
-            "version": r.project.version if r.project else None,
-            "split": r.spec.split,
-            "layout": r.project.layout.import_roots if r.project else None,
-            "environment_from": r.project.env_sources if r.project else [],
-            "stable_tests": len(r.stable),
-            "unused_tests": dict(sorted(r.unused_tests.items())),
-            "kept": len(r.tasks),
-            "evaluated": r.evaluated,
-            "dropped": dict(sorted(r.dropped.items())),
-            "kinds": dict(sorted(_count(t.metadata["mutation_kind"] for t in r.tasks).items())),
-            "seconds": round(r.seconds, 1),
-            "error": r.error,
-        }
-        for r in results
-    ]
-
-
-def _count(items: Iterator[str] | list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for item in items:
-        out[item] = out.get(item, 0) + 1
-    return out

@@ -1,7 +1,7 @@
 """`lego tasks make`: SWE tasks from real projects' source distributions, by procedural mutation.
 
-Parses, calls :mod:`lego.tasks.realsuite` / :mod:`lego.tasks.factory`, prints progress and the
-summary. The recipe is in :mod:`lego.tasks.factory`'s docstring.
+Parses, calls :mod:`lego.tasks.suitebuild` (which runs :mod:`lego.tasks.factory`), prints progress
+and the summary. The recipe is in :mod:`lego.tasks.factory`'s docstring.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from lego.errors import TaskError
+from lego.paths import cache_dir
 from lego.tasks.factory import MakeOptions, ProjectResult, ProjectSpec
-from lego.tasks.realsuite import (
-    MANIFEST_PATH,
-    RECIPE_PATH,
+from lego.tasks.realsuite import MANIFEST_PATH, RECIPE_PATH
+from lego.tasks.suitebuild import (
     assign_splits,
     load_recipe,
     lock_environments,
@@ -131,7 +131,8 @@ def make_cmd(
     """Make validated tasks from real projects: SOURCES are requirements (toolz==1.2.0, fetched as source
     distributions through pip) or local checkout directories. Each suite runs 3 times (flaky tests
     dropped), mutants of the project's own functions are kept when >= 1 test goes pass -> fail, and
-    repeat; tasks are split train/held-out by project. Exit 0: tasks made; 1: no task made."""
+    repeat; tasks are split train/held-out by project. Each finished project is saved as it finishes
+    (in OUT/.progress): the same command again resumes a killed run. Exit 0: tasks made; 1: none made."""
     if bool(sources) == bool(suite):
         raise click.UsageError("give SOURCES (requirements or directories) or --suite real, not both or neither")
     manifest: Path | None = None
@@ -157,8 +158,10 @@ def make_cmd(
     except TaskError as exc:
         raise click.UsageError(str(exc)) from exc
     t0 = time.monotonic()
+    # Finished projects are saved as they finish: rerunning the same command resumes a killed run.
+    checkpoints = (Path(out_dir) if out_dir else cache_dir() / "make" / (suite or "projects")) / ".progress"
     with _Progress(_err) as progress:
-        results = make_tasks(specs, options, progress)
+        results = make_tasks(specs, options, progress, checkpoints=checkpoints)
     written = write_outputs(results, Path(out_dir) if out_dir else None, manifest)
     _err.print(_table(results))
     tasks = [t for r in results for t in r.tasks]
