@@ -34,13 +34,14 @@ here (nothing is built; it runs on lego's own task runtime).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import secrets
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -275,6 +276,23 @@ def suite_invocation(env: TaskEnvironment, repo: Path) -> tuple[list[str], dict[
     return args, {"PYTHONPATH": roots, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONNOUSERSITE": "1"}
 
 
+@functools.cache
+def _capped(python: Path, memory_mb: int) -> Path:
+    """A launcher that runs ``python`` under an address-space cap (``cache_dir()/launchers``).
+
+    Written to a temporary name and renamed into place, once: a file still open for writing cannot
+    be executed (ETXTBSY), and with concurrent test runs another thread's fork may hold one open."""
+    script = f'#!/bin/sh\nulimit -v {memory_mb * 1024} 2>/dev/null\nexec "{python}" "$@"\n'
+    launcher = cache_dir() / "launchers" / hashlib.sha256(script.encode()).hexdigest()[:20]
+    if not launcher.exists():
+        launcher.parent.mkdir(parents=True, exist_ok=True)
+        staging = launcher.with_name(f".{launcher.name}.{secrets.token_hex(4)}")
+        staging.write_text(script)
+        staging.chmod(0o755)
+        os.replace(staging, launcher)
+    return launcher
+
+
 def run_suite(
     repo: Path,
     env: TaskEnvironment,
@@ -289,10 +307,14 @@ def run_suite(
     run's address space (a mutant's runaway allocation fails its run, not the machine)."""
     plugin_args, variables = suite_invocation(env, repo)
     python = environment_python(env)
-    with tempfile.TemporaryDirectory(prefix="lego-python-") as tmp:
-        if memory_mb:
-            wrapper = Path(tmp) / "python"
-            wrapper.write_text(f'#!/bin/sh\nulimit -v {memory_mb * 1024} 2>/dev/null\nexec "{python}" "$@"\n')
-            wrapper.chmod(0o755)
-            python = wrapper
-        return run_pytest(repo, test_ids, timeout, python=str(python), args=[*plugin_args, *args], env=variables)
+    if memory_mb:
+        python = _capped(python, memory_mb)
+    attempt = 0
+    while True:
+        try:
+            return run_pytest(repo, test_ids, timeout, python=str(python), args=[*plugin_args, *args], env=variables)
+        except OSError as exc:  # ETXTBSY: a concurrent fork still held the launcher open; it closes at exec
+            attempt += 1
+            if exc.errno != errno.ETXTBSY or attempt == 5:
+                raise
+            time.sleep(0.05 * attempt)
