@@ -68,4 +68,4 @@ def test_the_same_seeds_sample_the_same_tokens_at_concurrency_1_and_8(served, ta
     differ = [k for k in alone if alone[k] != together[k]]
     assert not differ, f"{len(differ)} of {len(alone)} rollouts sampled other tokens beside other rollouts: {differ}"
     # and different seeds do sample differently (the seed is used, not ignored)
-    assert any(alone[(t.instance_id, 11)] != alone[(t.instance_id, 12)] for t in tasks)
+    assert any(alone[(t.instance_id, 11)] != alone[(t.instance_id, 12)] for t in tasks[:3])

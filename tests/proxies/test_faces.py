@@ -130,7 +130,9 @@ def test_control_routes_do_not_exist_on_the_model_face(face: ModelFace, method: 
     traj = srv.trajectory("a")  # untouched: the recorded turn and what the rollout set
     assert traj.counters["calls"] == 1 and traj.task_id == "t-a"
     s = srv.service.sessions["a"]
-    assert s.spec == SessionSpec(sampling_override=SamplingOverride(temperature=0.7), max_turns=3, metadata={"task_id": "t-a"})
+    assert s.spec == SessionSpec(
+        sampling_override=SamplingOverride(temperature=0.7), max_turns=3, metadata={"task_id": "t-a"}
+    )
 
 
 def test_rollout_settings_hold_whatever_the_agent_sends(face: ModelFace) -> None:
