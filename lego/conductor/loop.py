@@ -5,8 +5,10 @@ sandbox talking to the in-process proxy) → grade → group-normalised advantag
 recorded token ids → weight sync into the engine → checkpoint → one line in ``metrics.jsonl``.
 
 Simplifications, and why:
-- One optimizer step per batch (no PPO epochs): with π_old == π_θ at the update the GSPO ratio is 1,
-  and the clip matters only off-policy; it keeps a CPU step cheap.
+- ``training.ppo_epochs`` optimizer updates per batch, one by default: with one, π_old == π_θ at the
+  update, so the GSPO ratio is 1 and the clip matters only off-policy, and a CPU step stays cheap;
+  each further epoch reuses the batch against the weights it was sampled with
+  (:meth:`lego.conductor.trainer.Trainer.train_step`), where the ratio and its clip act.
 - The engine and the trainer hold separate copies of the weights in-process; the sync copies a
   state dict (cheap for the tiny default; for big models the vLLM path pushes through its API).
   ``lego.conductor.weight_sync.build_weight_sync`` picks the delivery from ``engine.kind``.
@@ -44,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -62,10 +64,13 @@ from lego.errors import ConfigError, RolloutsFailedError, TaskError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text
 from lego.types import StepMetrics, Task, Trajectory
 
-__all__ = ["TrainingInterrupted", "train", "validate"]
+__all__ = ["TrainingInterrupted", "retry_infra", "train", "validate"]
 
 CLOSE_WAIT_S = 5.0
 """On Ctrl-C, how long to wait for the proxy and engine to close before leaving them to the process exit."""
+
+
+J = TypeVar("J")
 
 
 class TrainingInterrupted(Exception):
@@ -160,16 +165,42 @@ def _rollouts(
                     highlight=False,
                 )
 
-        trajs = run_many(jobs, cfg.training.concurrency, on_done=done)
-        for _ in range(cfg.training.retry_infra):
-            again = [i for i, t in enumerate(trajs) if t.is_infra_failure]
-            if not again:
-                break
-            bar.update(tid, total=len(jobs) + len(again))
-            redo = run_many([jobs[i] for i in again], cfg.training.concurrency, on_done=done)
-            for i, t in zip(again, redo, strict=True):
-                t.metadata["attempts"] = 2
-                trajs[i] = t
+        def run(batch: list[tuple[Task, str, RolloutOptions]]) -> list[Trajectory]:
+            return run_many(batch, cfg.training.concurrency, on_done=done)
+
+        total = len(jobs)
+
+        def grow(more: int) -> None:
+            nonlocal total
+            total += more
+            bar.update(tid, total=total)
+
+        return retry_infra(run, jobs, cfg.training.retry_infra, on_retry=grow)
+
+
+def retry_infra(
+    run: Callable[[list[J]], list[Trajectory]],
+    jobs: Sequence[J],
+    retries: int,
+    on_retry: Callable[[int], None] = lambda _: None,
+) -> list[Trajectory]:
+    """``run(jobs)``, then each job whose rollout failed on infrastructure again, up to ``retries`` more times.
+
+    A rerun rollout replaces the failed one and carries ``metadata["attempts"]``: how many times its
+    job ran, the last run included (a rollout that succeeded at once carries none). ``on_retry(n)``
+    hears of each round of ``n`` reruns before it starts."""
+    trajs = run(list(jobs))
+    runs = [1] * len(trajs)
+    for _ in range(retries):
+        again = [i for i, t in enumerate(trajs) if t.is_infra_failure]
+        if not again:
+            break
+        on_retry(len(again))
+        redo = run([jobs[i] for i in again])
+        for i, t in zip(again, redo, strict=True):
+            runs[i] += 1
+            t.metadata["attempts"] = runs[i]
+            trajs[i] = t
     return trajs
 
 
