@@ -192,7 +192,6 @@ class SessionRecorder:
             "hosted_tools_dropped": 0,
         }
         self._eot_text = template.decode([template.end_of_turn_id])
-        self._kwargs: dict[str, Any] = {}  # template kwargs of the call being rendered or committed
 
     # ------------------------------------------------------------------ threads
     def main_thread(self) -> Thread | None:
@@ -274,11 +273,10 @@ class SessionRecorder:
         key = self.resolve_thread(messages, tools)
         th = self.threads.get(key) or Thread(key=key)
         k = self._matched_prefix(th, messages, tools, kwargs)
-        self._kwargs = kwargs
         if self.reasoning_history == "template" and not (
             self.template.prefix_stable and self._client_renders_ours(th, messages, k)
         ):
-            return self._render_full(th, messages, tools, k)
+            return self._render_full(th, messages, tools, kwargs, k)
         # keep (or template where the client's turns render exactly as ours, with a prefix-stable
         # template: the same text, rendered in O(new messages)): matched assistant turns are
         # rendered as the proxy returned them (their tokens are spliced).
@@ -287,24 +285,24 @@ class SessionRecorder:
         encode = self.template.encode
 
         if seg.bounds and 0 < k == len(th.messages) and k in seg.bounds and th.gen_text is not None:
-            delta = self._render_from(th, messages, k, tools)
+            delta = self._render_from(th, messages, k, tools, kwargs)
             if delta is not None:
                 ctx = seg.ids + encode(delta)  # the only copy of the history this call makes
-                return self._call(th, "extend", k, ctx, messages, tools, len(seg), len(th.text), delta, {})
+                return self._call(th, "extend", k, ctx, messages, tools, kwargs, len(seg), len(th.text), delta, {})
 
         last = th.last_gen
         if last is not None and 0 < k == len(th.messages) - 1 == last[0] and k in seg.bounds:
             tok, chars = seg.bounds[k]
-            delta = self._render_from(th, messages, k, tools)
+            delta = self._render_from(th, messages, k, tools, kwargs)
             if delta is not None:
                 ctx = seg.prefix(tok)
                 ctx.extend(encode(delta))
                 kept = {j: b for j, b in seg.bounds.items() if j <= k}
-                call = self._call(th, "retry", k, ctx, messages, tools, tok, chars, delta, kept)
+                call = self._call(th, "retry", k, ctx, messages, tools, kwargs, tok, chars, delta, kept)
                 call.reason = "exact retry" if len(messages) == k else "last assistant replaced"
                 return call
 
-        return self._render_full(th, messages, tools, k)
+        return self._render_full(th, messages, tools, kwargs, k)
 
     @staticmethod
     def _client_renders_ours(th: Thread, messages: list[Message], k: int) -> bool:
@@ -323,24 +321,24 @@ class SessionRecorder:
                 return False
         return True
 
-    def _render(self, messages: list[Message], tools: list[dict[str, Any]], gen: bool) -> str:
-        return self.template.render_text(
-            messages, tools or None, add_generation_prompt=gen, template_kwargs=self._kwargs
-        )
+    def _render(self, messages: list[Message], tools: list[dict[str, Any]], kwargs: dict[str, Any], gen: bool) -> str:
+        return self.template.render_text(messages, tools or None, add_generation_prompt=gen, template_kwargs=kwargs)
 
-    def _render_full(self, th: Thread, messages: list[Message], tools: list[dict[str, Any]], k: int) -> RenderedCall:
+    def _render_full(
+        self, th: Thread, messages: list[Message], tools: list[dict[str, Any]], kwargs: dict[str, Any], k: int
+    ) -> RenderedCall:
         """Render in full, splice from the longest known boundary, check the token prefix.
 
         ``template`` mode always comes here; ``keep`` mode when the call is not a plain extension.
         """
         seg = th.seg
         encode = self.template.encode
-        text_mg = self._render(messages, tools, True)
+        text_mg = self._render(messages, tools, kwargs, True)
         gen = th.gen_text
         if gen and text_mg.endswith(gen) and k == len(th.messages):
             text_m = text_mg[: len(text_mg) - len(gen)]  # one render: the generation prompt is known
         else:
-            text_m = self._render(messages, tools, False)
+            text_m = self._render(messages, tools, kwargs, False)
         if not text_mg.startswith(text_m):
             raise ValueError("the chat template's generation prompt is not appended after the rendered messages")
         j = max((b for b in seg.bounds if b <= k), default=0)
@@ -351,27 +349,26 @@ class SessionRecorder:
             ctx, kept = encode(text_m), {}
         gen_text = text_mg[len(text_m) :]
         if seg.bounds and len(ctx) >= len(seg) and ctx[: len(seg)] == seg.ids:
-            return self._call(th, "extend", k, ctx, messages, tools, len(seg), 0, text_m, {}, gen_text)
+            return self._call(th, "extend", k, ctx, messages, tools, kwargs, len(seg), 0, text_m, {}, gen_text)
         last = th.last_gen
         if kept and last is not None and k == j == len(th.messages) - 1 == last[0]:
-            call = self._call(th, "retry", k, ctx, messages, tools, tok, chars, text_m[chars:], kept, gen_text)
+            call = self._call(th, "retry", k, ctx, messages, tools, kwargs, tok, chars, text_m[chars:], kept, gen_text)
             call.reason = "exact retry" if len(messages) == k else "last assistant replaced"
             return call
-        call = self._call(th, "new_segment", k, ctx, messages, tools, 0, 0, text_m, kept, gen_text)
+        call = self._call(th, "new_segment", k, ctx, messages, tools, kwargs, 0, 0, text_m, kept, gen_text)
         call.reason = "first call" if not seg.bounds else f"history rewritten after message {k}"
         return call
 
-    def _render_from(self, th: Thread, messages: list[Message], j: int, tools: list[dict[str, Any]]) -> str | None:
+    def _render_from(
+        self, th: Thread, messages: list[Message], j: int, tools: list[dict[str, Any]], kwargs: dict[str, Any]
+    ) -> str | None:
         """The rendered text of ``messages[j:]``, in O(new messages): rendered after a small window
         (the system message and ``messages[j-1]``) instead of the whole history. None if the
         template does not behave prefix-stably here (the caller then renders in full)."""
         window = [messages[0]] if j >= 2 and messages[0].get("role") in ("system", "developer") else []
         window.append(messages[j - 1])
-        tpl = self.template
-        base = tpl.render_text(window, tools or None, add_generation_prompt=False, template_kwargs=self._kwargs)
-        full = tpl.render_text(
-            window + messages[j:], tools or None, add_generation_prompt=True, template_kwargs=self._kwargs
-        )
+        base = self._render(window, tools, kwargs, False)
+        full = self._render(window + messages[j:], tools, kwargs, True)
         gen = th.gen_text or ""
         if not full.startswith(base) or not full.endswith(gen):
             self.counters["template_unstable"] += 1
@@ -386,6 +383,7 @@ class SessionRecorder:
         ctx: list[int],
         messages: list[Message],
         tools: list[dict[str, Any]],
+        kwargs: dict[str, Any],
         keep: int,
         text_keep: int,
         delta_text: str,
@@ -404,7 +402,7 @@ class SessionRecorder:
             prompt_ids=ctx,
             messages=list(messages),
             tools=tools,
-            template_kwargs=dict(self._kwargs),
+            template_kwargs=kwargs,
             keep=keep,
             context_len=context_len,
             text_keep=text_keep,
@@ -463,8 +461,7 @@ class SessionRecorder:
 
         snapshot = [*call.messages, assistant]
         text_m = th.text[: call.text_keep] + call.delta_text
-        self._kwargs = call.template_kwargs
-        asst_text = self._assistant_text(snapshot, call.tools, text_m)
+        asst_text = self._assistant_text(snapshot, call.tools, call.template_kwargs, text_m)
         if self.reasoning_history == "keep" and assistant.get("reasoning_content"):
             self.counters["kept_reasoning_tokens"] += len(self.template.encode(str(assistant["reasoning_content"])))
         seg.extend_context(self._closing(gen.token_ids, asst_text))
@@ -491,7 +488,9 @@ class SessionRecorder:
         self.counters["completion_tokens"] += len(gen.token_ids)
         self.counters["tool_call_parse_failures"] += parse_failures
 
-    def _assistant_text(self, snapshot: list[Message], tools: list[dict[str, Any]], text_m: str) -> str:
+    def _assistant_text(
+        self, snapshot: list[Message], tools: list[dict[str, Any]], kwargs: dict[str, Any], text_m: str
+    ) -> str:
         """The rendered text of the last message of ``snapshot`` (an assistant turn): windowed in
         ``keep`` mode or with a prefix-stable template, else from the whole conversation (templates
         that look at the whole history, such as Qwen3's, render the last turn differently in a
@@ -499,15 +498,15 @@ class SessionRecorder:
         if self.reasoning_history == "keep" or self.template.prefix_stable:
             window = [snapshot[0]] if len(snapshot) >= 3 and snapshot[0].get("role") in ("system", "developer") else []
             window.append(snapshot[-2])
-            base = self._render(window, tools, False)
-            full = self._render([*window, snapshot[-1]], tools, False)
+            base = self._render(window, tools, kwargs, False)
+            full = self._render([*window, snapshot[-1]], tools, kwargs, False)
             if full.startswith(base):
                 return full[len(base) :]
             self.counters["template_unstable"] += 1
-            before = self._render(snapshot[:-1], tools, False)
+            before = self._render(snapshot[:-1], tools, kwargs, False)
         else:
             before = text_m
-        full = self._render(snapshot, tools, False)
+        full = self._render(snapshot, tools, kwargs, False)
         if not full.startswith(before):
             self.counters["template_unstable"] += 1
         return full[len(before) :]

@@ -79,6 +79,30 @@ def test_render_changes_nothing_until_commit(chat_format: Any) -> None:
     assert rec.segments() == before and rec.counters["rewrites"] == 0
 
 
+def test_interleaved_calls_with_different_template_kwargs_each_render_with_their_own(chat_format: Any) -> None:
+    """Template kwargs travel with the call: rendering another thread's call between a render and its
+    commit (two harness threads of one session) changes neither's recording."""
+    rec = SessionRecorder(chat_format)
+    quiet, thinking = {"enable_thinking": False}, {"enable_thinking": True}
+    main = [{"role": "system", "content": "main"}, {"role": "user", "content": "fix it"}]
+    side = [{"role": "system", "content": "title"}, {"role": "user", "content": "name it"}]
+    call_main = rec.render(main, None, quiet)
+    call_side = rec.render(side, None, thinking)
+    for call in (call_side, call_main):
+        ids = chat_format.encode("ok<|im_end|>")
+        gen = Generation(token_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop", policy_version=1)
+        rec.commit(call, gen, {"role": "assistant", "content": "ok"})
+    assert call_main.template_kwargs == quiet and call_side.template_kwargs == thinking
+    (seg_side,) = rec.segments()  # committed first: the main thread
+    (other,) = rec.side_threads()
+    (seg_main,) = other.segments
+    assert seg_side.prompt_ids == chat_format.render(side, None, True, thinking)
+    assert seg_main.prompt_ids == chat_format.render(main, None, True, quiet)
+    assert seg_side.prompt_ids[-3:] != seg_main.prompt_ids[-3:]  # the kwargs do change the rendering
+    nxt = rec.render([*main, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}], None, quiet)
+    assert nxt.mode == "extend"
+
+
 def test_tools_change_is_another_thread_and_side_threads_are_not_exported(chat_format: Any) -> None:
     rec = SessionRecorder(chat_format)
     main = [{"role": "system", "content": "agent"}, {"role": "user", "content": "task"}]
