@@ -322,9 +322,11 @@ class DockerSandbox(FileOps):
         """Kill every process of the agent's uid (daemons and orphans included), keeping the files;
         returns once none is left (see module doc). The root processes (the bridge lives in another
         container anyway) are untouched."""
+        from docker.errors import APIError
+
         if self._closed or self.container is None:
             return
-        with contextlib.suppress(Exception):  # the keeper's pass first: it needs no free pid
+        with contextlib.suppress(APIError):  # the keeper's pass first: it needs no free pid (409: it has exited)
             self.container.kill(signal="SIGUSR1")
         for _ in range(50):
             try:
@@ -349,10 +351,12 @@ class DockerSandbox(FileOps):
     def close(self) -> None:
         if self._closed:
             return
+        from docker.errors import APIError
+
         self._closed = True
         for box in (self.bridge, self.container):
             if box is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(APIError):  # NotFound: already gone (a cleanup, the engine's restart)
                     box.remove(force=True)
 
     def __enter__(self) -> DockerSandbox:

@@ -53,12 +53,14 @@ def docker_client() -> Any:
     """A Docker SDK client from the environment, or a SandboxError naming the fix."""
     try:
         import docker
+        from docker.errors import DockerException
+        from requests.exceptions import ConnectionError as Unreachable
     except ImportError as exc:
         raise SandboxError("the docker backend needs the Docker SDK: pip install 'lego-rl[docker]'") from exc
     try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:
+        client = docker.from_env()  # asks the engine its API version: DockerException when none answers
+        client.ping()  # a connection lost here is requests' error: the SDK does not wrap it
+    except (DockerException, Unreachable) as exc:
         raise SandboxError(
             f"no Docker engine answers ({exc}); start one (e.g. `dockerd --bridge=none --iptables=false "
             "--ip6tables=false` as root) or use sandbox.kind=local"
@@ -85,6 +87,8 @@ def tmpfs_mount(target: str, mb: int, mode: int) -> Any:
 
 
 def image_for(client: Any, task: Task, cfg: SandboxConfig) -> str:
+    from docker.errors import APIError, BuildError, ImageNotFound
+
     if task.image:
         name = task.image
     elif task.dockerfile:
@@ -94,7 +98,7 @@ def image_for(client: Any, task: Task, cfg: SandboxConfig) -> str:
                 (Path(ctx) / "Dockerfile").write_text(task.dockerfile)
                 try:
                     client.images.build(path=ctx, tag=name, rm=True, network_mode="none")
-                except Exception as exc:
+                except (BuildError, APIError) as exc:
                     raise SandboxError(f"building the image of task {task.instance_id} failed: {exc}") from exc
         return name
     elif cfg.docker_image:
@@ -105,13 +109,15 @@ def image_for(client: Any, task: Task, cfg: SandboxConfig) -> str:
         )
     try:
         client.images.get(name)
-    except Exception:
+    except ImageNotFound:
         try:
             client.images.pull(name)
-        except Exception as exc:
+        except APIError as exc:
             raise SandboxError(
                 f"image {name} is not present and could not be pulled ({exc}); `docker pull {name}`"
             ) from exc
+    except APIError as exc:  # e.g. 400: not a valid image reference
+        raise SandboxError(f"the Docker engine cannot look up image {name}: {exc}") from exc
     return name
 
 
@@ -250,13 +256,15 @@ def exec_as_root(
     the exec's process has exited and its output drained (1 s of grace for a daemon holding the
     stream), its output passed ``cap`` or ``limit + 10`` s passed; in the last two cases
     ``on_runaway`` is called (it kills every agent process) before the exit code is read."""
+    from docker.errors import APIError
+
     t0 = time.monotonic()
     try:
         exec_id = api.exec_create(
             container, argv, stdin=stdin is not None, environment=dict(env), workdir=workdir, user="0:0"
         )["Id"]
         sock = api.exec_start(exec_id, socket=True)
-    except Exception as exc:
+    except APIError as exc:  # NotFound: the container is gone; 409: it is not running
         raise SandboxError(f"cannot start a command in sandbox {sandbox}: {exc}") from exc
     raw = getattr(sock, "_sock", sock)
     frames = Frames(cap)
@@ -289,7 +297,7 @@ def exec_as_root(
     finally:
         with contextlib.suppress(OSError):
             raw.close()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError):
             sock.close()
     if frames.overflow or time.monotonic() > t0 + limit + 10:
         on_runaway()
@@ -308,10 +316,12 @@ def cleanup_leftovers(run_id: str | None = None, client: Any = None) -> int:
     """Remove sandboxes lego left behind (all, or one run's); returns how many were removed (a
     sandbox's bridge container is removed with it and not counted)."""
     client = client or docker_client()
+    from docker.errors import APIError  # after docker_client(): it explains a missing SDK
+
     filters = {"label": [f"{LABEL}=1", *([f"lego.run_id={run_id}"] if run_id else [])]}
     removed = 0
     for c in client.containers.list(all=True, filters=filters):
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(APIError):  # NotFound: removed with its sandbox or by another cleanup
             c.remove(force=True)
             removed += 0 if c.labels.get("lego.bridge") else 1
     return removed

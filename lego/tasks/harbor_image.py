@@ -50,6 +50,8 @@ def build_image(task: Task, client: Any = None) -> tuple[str, str]:
     from lego.sandboxes.docker_engine import docker_client
 
     client = client or docker_client()
+    from docker.errors import APIError, BuildError  # after docker_client(): it explains a missing SDK
+
     context, digest = _context_tar(task)
     tag = f"lego-harbor:{digest}"
     if not client.images.list(name=tag):
@@ -58,7 +60,7 @@ def build_image(task: Task, client: Any = None) -> tuple[str, str]:
             client.images.build(
                 fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True, forcerm=True, timeout=timeout
             )
-        except Exception as exc:
+        except (BuildError, APIError) as exc:  # BuildError carries the build's log; APIError does not
             lines = [str(c.get("stream", "")) for c in getattr(exc, "build_log", None) or [] if isinstance(c, dict)]
             tail = "".join(lines)[-2000:]
             raise SandboxError(

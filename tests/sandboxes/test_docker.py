@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from lego.config import SandboxConfig
+from lego.errors import SandboxError
 from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.grading import grade
 from lego.seams import Sandbox
@@ -226,3 +227,23 @@ def test_kill_agent_processes_when_they_hold_every_pid(sb: Any) -> None:
     sb.kill_agent_processes()
     assert sb.exec("echo alive").stdout == "alive\n"
     assert "sleep(1000)" not in sb.exec("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+
+
+def test_an_image_the_engine_cannot_provide_is_a_sandbox_error(
+    client: Any, cfg: SandboxConfig, calc_task: Task
+) -> None:
+    from lego.sandboxes.docker_engine import image_for
+
+    for name, needle in (("Not A Reference!", "cannot look up image"), ("lego-absent:none", "could not be pulled")):
+        with pytest.raises(SandboxError, match=needle):
+            image_for(client, calc_task.model_copy(update={"image": name}), cfg)
+
+
+def test_a_sandbox_whose_container_is_gone_refuses_commands_and_still_closes(
+    client: Any, cfg: SandboxConfig, calc_task: Task
+) -> None:
+    box = create_sandbox(cfg, calc_task)
+    client.containers.get(box.container.id).remove(force=True)  # type: ignore[attr-defined]
+    with pytest.raises(SandboxError, match="cannot start a command"):
+        box.exec("true")
+    box.close()
