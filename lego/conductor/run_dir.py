@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lego.conductor.checkpoint import check_compatible, load_latest, read_config
-from lego.conductor.cli.basic import to_toml
-from lego.config import LegoConfig, validate_config
+from lego.config import LegoConfig, to_toml, validate_config
 from lego.errors import ConfigError
 from lego.io import atomic_write_text, read_jsonl
 

@@ -29,6 +29,7 @@ from lego.config.loading import (
     config_doc,
     default_config_path,
     load_config,
+    to_toml,
     validate_config,
 )
 from lego.config.serving import (
@@ -67,5 +68,6 @@ __all__ = [
     "config_doc",
     "default_config_path",
     "load_config",
+    "to_toml",
     "validate_config",
 ]

@@ -1,5 +1,6 @@
 """The whole configuration (:class:`LegoConfig`, which checks settings across sections) and how it is
-read: a TOML/YAML/JSON file, then dotted ``-o key.sub=value`` overrides, checked key by key."""
+read: a TOML/YAML/JSON file, then dotted ``-o key.sub=value`` overrides, checked key by key; and
+written back as TOML (:func:`to_toml`: `lego config show`, a run's ``config.toml``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
@@ -107,6 +109,13 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a table/mapping at the top level, not {type(data).__name__}")
     return data
+
+
+def to_toml(model: BaseModel) -> str:
+    """``model`` (a :class:`LegoConfig` or any of its sections) as TOML that :func:`load_config` reads back
+    to the same model: sub-models and mappings as ``[tables]``, unset (None) fields left out, since TOML
+    has no null."""
+    return tomli_w.dumps(model.model_dump(mode="json", exclude_none=True))
 
 
 def _parse_value(raw: str) -> Any:

@@ -15,9 +15,10 @@ interception CA through its own ``CODEX_CA_CERTIFICATE``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import tomli_w
 
 from lego.harnesses.base import InstalledHarness, result_from_exec, sandbox_home
 from lego.harnesses.install import InstallSpec
@@ -29,11 +30,6 @@ __all__ = ["CodexHarness"]
 
 PROVIDER_ID = "lego"
 KEY_VAR = "LEGO_API_KEY"
-
-
-def toml_str(value: str) -> str:
-    """A TOML basic string (JSON string escapes are valid TOML escapes)."""
-    return json.dumps(value)
 
 
 class CodexHarness(InstalledHarness):
@@ -51,34 +47,31 @@ class CodexHarness(InstalledHarness):
 
     def config_toml(self, endpoint: Endpoint) -> str:
         """``$CODEX_HOME/config.toml``: the proxy as the only model provider (none when intercepting)."""
-        lines = [f"model = {toml_str(endpoint.model)}"]
+        config: dict[str, Any] = {"model": endpoint.model}
         if self.interceptor is None:
-            lines.append(f"model_provider = {toml_str(PROVIDER_ID)}")
-        lines += [
-            'approval_policy = "never"',
-            'sandbox_mode = "danger-full-access"',
-            "check_for_update_on_startup = false",
+            config["model_provider"] = PROVIDER_ID
+        config |= {
+            "approval_policy": "never",
+            "sandbox_mode": "danger-full-access",
+            "check_for_update_on_startup": False,
             # Hosted web search runs on OpenAI's servers: no proxy can serve it, and a sandboxed agent
             # has no network anyway. Off, so Codex does not declare a tool the policy could never use.
-            'web_search = "disabled"',
-            f"model_context_window = {self.context_window}",
-            "",
-            "[analytics]",
-            "enabled = false",
-            "",
-        ]
+            "web_search": "disabled",
+            "model_context_window": self.context_window,
+            "analytics": {"enabled": False},
+        }
         if self.interceptor is None:
-            lines += [
-                f"[model_providers.{PROVIDER_ID}]",
-                'name = "lego proxy"',
-                f"base_url = {toml_str(endpoint.base_url)}",
-                f"env_key = {toml_str(KEY_VAR)}",
-                'wire_api = "responses"',
-                "request_max_retries = 2",
-                "stream_max_retries = 2",
-                "",
-            ]
-        return "\n".join(lines)
+            config["model_providers"] = {
+                PROVIDER_ID: {
+                    "name": "lego proxy",
+                    "base_url": endpoint.base_url,
+                    "env_key": KEY_VAR,
+                    "wire_api": "responses",
+                    "request_max_retries": 2,
+                    "stream_max_retries": 2,
+                }
+            }
+        return tomli_w.dumps(config)
 
     def environment(self, endpoint: Endpoint, home: str) -> dict[str, str]:
         env = {"HOME": home, "CODEX_HOME": f"{home}/.codex", KEY_VAR: endpoint.api_key, "NO_COLOR": "1"}

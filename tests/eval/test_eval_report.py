@@ -140,8 +140,7 @@ def test_cli_options_and_task_loading(tmp_path: Path) -> None:
 
 
 def test_from_run_evaluates_the_latest_checkpoint_against_the_start_with_the_runs_settings(tmp_path: Path) -> None:
-    from lego.conductor.cli.basic import to_toml
-    from lego.config import load_config
+    from lego.config import load_config, to_toml
 
     run = tmp_path / "run"
     (run / "checkpoints" / "step_000002").mkdir(parents=True)

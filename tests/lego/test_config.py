@@ -10,7 +10,6 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from lego.conductor.cli.basic import to_toml
 from lego.conductor.cli.main import cli
 from lego.config import (
     LegoAgentOptions,
@@ -19,6 +18,7 @@ from lego.config import (
     apply_overrides,
     config_doc,
     load_config,
+    to_toml,
     validate_config,
 )
 from lego.errors import ConfigError

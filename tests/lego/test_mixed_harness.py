@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lego.conductor.cli.basic import to_toml
 from lego.conductor.cli.eval import eval_group, run_defaults
 from lego.conductor.loop import train
 from lego.conductor.step_plan import step_harnesses, trained_harness
-from lego.config import load_config
+from lego.config import load_config, to_toml
 from lego.eval.matrix import summarize
 from lego.eval.results import CHECKPOINT_META_FILE, EvalSpec, PolicySpec, SampleKey, SampleResult
 from lego.eval.train_report import write_train_report

@@ -6,14 +6,11 @@ import json
 import platform
 from collections.abc import Callable
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from lego import __version__
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,7 +63,7 @@ def config_show(config: str | None, overrides: tuple[str, ...], fmt: str, doc: b
       lego config show my_run.toml -o training.steps=3 -o harness.name=mini-swe-agent
       lego config show --doc
     """
-    from lego.config import config_doc, load_config
+    from lego.config import config_doc, load_config, to_toml
 
     cfg = load_config(config, list(overrides))
     if doc:
@@ -74,38 +71,3 @@ def config_show(config: str | None, overrides: tuple[str, ...], fmt: str, doc: b
             click.echo(f"{field.key}: {field.type} = {field.default}\n    {field.description}")
         return
     click.echo(json.dumps(cfg.model_dump(mode="json"), indent=2) if fmt == "json" else to_toml(cfg), nl=False)
-
-
-def to_toml(model: BaseModel, prefix: str = "") -> str:
-    """Render a config model as TOML: scalars and plain mappings inline, sub-models as [tables]."""
-    from pydantic import BaseModel
-
-    lines: list[str] = []
-    tables: list[str] = []
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        if isinstance(value, BaseModel):
-            dotted = f"{prefix}.{name}" if prefix else name
-            tables.append(f"[{dotted}]\n" + to_toml(value, dotted))
-        elif value is not None:
-            lines.append(f"{name} = {_toml_value(value)}")
-    body = "\n".join(lines) + ("\n" if lines else "")
-    return body + "".join(("\n" if body or i else "") + t for i, t in enumerate(tables))
-
-
-def _toml_value(v: object) -> str:
-    from pydantic import BaseModel
-
-    if isinstance(v, BaseModel):  # a harness's typed options inside harness.options
-        return _toml_value(v.model_dump(mode="json"))
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    return json.dumps(str(v))
