@@ -50,6 +50,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incrementing
 
 from lego.errors import TaskError
 from lego.paths import cache_dir
@@ -309,12 +310,11 @@ def run_suite(
     python = environment_python(env)
     if memory_mb:
         python = _capped(python, memory_mb)
-    attempt = 0
-    while True:
-        try:
-            return run_pytest(repo, test_ids, timeout, python=str(python), args=[*plugin_args, *args], env=variables)
-        except OSError as exc:  # ETXTBSY: a concurrent fork still held the launcher open; it closes at exec
-            attempt += 1
-            if exc.errno != errno.ETXTBSY or attempt == 5:
-                raise
-            time.sleep(0.05 * attempt)
+    # ETXTBSY: a concurrent fork still holds the launcher open; it closes it at its exec, so wait and rerun.
+    busy = Retrying(
+        retry=retry_if_exception(lambda exc: isinstance(exc, OSError) and exc.errno == errno.ETXTBSY),
+        stop=stop_after_attempt(5),
+        wait=wait_incrementing(start=0.05, increment=0.05),
+        reraise=True,
+    )
+    return busy(run_pytest, repo, test_ids, timeout, python=str(python), args=[*plugin_args, *args], env=variables)
