@@ -1,22 +1,155 @@
 """The seams between packages: one small Protocol each, no inheritance required.
 
-`proxies`, `harnesses` and `sandboxes` never import each other; they meet here. An implementation
-satisfies a Protocol by having the methods (checked with ``isinstance`` where it matters, since the
-Protocols are runtime-checkable).
+`proxies`, `harnesses` and `sandboxes` never import each other; they meet here, and the engines
+(``lego.engines``) implement the :class:`Engine` defined here. An implementation satisfies a Protocol
+by having the methods; mypy checks that where an implementation is handed to its seam.
+
+The Engine seam holds only what every engine does (generate, streaming through ``on_tokens``, score,
+close). What only some engines do -- take an in-process state dict (:class:`InProcessWeights`), have
+their weights rewritten on the server they talk to (:class:`ServedWeights`), play a task's answer
+(:class:`AnswerTaker`) -- is a separate small Protocol, reached through the engine's typed
+:attr:`Engine.capabilities`: a frozen :class:`EngineCapabilities` whose fields are the capability
+objects (in practice the engine itself, typed as that Protocol) or None. A caller asks
+``engine.capabilities.in_process_weights`` and gets a value mypy knows the type of, or None; nothing
+probes an engine for methods or flags, and nothing asks which class it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from lego.engines.base import Engine
 from lego.errors import TaskError
-from lego.types import Endpoint, ExecResult, HarnessLimits, HarnessResult, MainThreadSpec, Task
+from lego.types import (
+    Endpoint,
+    ExecResult,
+    Generation,
+    HarnessLimits,
+    HarnessResult,
+    MainThreadSpec,
+    RequestContext,
+    SamplingParams,
+    Task,
+)
 
-__all__ = ["Engine", "Harness", "PreparedRun", "Sandbox", "TaskSource"]
+__all__ = [
+    "AnswerTaker",
+    "Engine",
+    "EngineCapabilities",
+    "Harness",
+    "InProcessWeights",
+    "PreparedRun",
+    "Sandbox",
+    "ServedWeights",
+    "TaskSource",
+    "TokenSink",
+]
+
+TokenSink = Callable[[list[int]], None]
+"""Called on the caller's event loop with each run of newly sampled ids, in order, as they are
+sampled; their concatenation is the finished Generation's ``token_ids``."""
+
+
+class InProcessWeights(Protocol):
+    """An engine whose weights live in this process: the trainer's state dict is copied in
+    (``lego.conductor.weight_sync.InProcessCopy``)."""
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> int:
+        """Load new policy weights (between batches); returns the new policy version."""
+        ...
+
+
+class ServedWeights(Protocol):
+    """An engine whose weights live on the server it talks to (`vllm serve`): the weight sync rewrites
+    them there through the server's own routes at ``base_url`` (with ``api_key``), then tells the engine
+    what it now serves (:meth:`serve`)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def api_key(self) -> str | None: ...
+
+    @property
+    def model(self) -> str:
+        """The name requests use now (the served model, or the current LoRA adapter)."""
+        ...
+
+    @property
+    def policy_version(self) -> int: ...
+
+    def serve(self, model: str, version: int) -> None:
+        """From now on, request ``model`` (the server already serves it) and record ``version``."""
+        ...
+
+
+class AnswerTaker(Protocol):
+    """An engine that plays the task's answer (the oracle): its ``generate`` reads the session's gold
+    patch from ``context.answer``. The proxy hands a session's answer to such an engine only, and
+    refuses ``open_session(..., answer=...)`` for every other (which would hold a secret it has no use
+    for)."""
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext,
+        on_tokens: TokenSink | None = None,
+    ) -> Generation: ...
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine does beyond the :class:`Engine` seam; None: it does not. Each field is the
+    capability object (usually the engine itself, typed as that Protocol, so mypy checks it has the
+    methods)."""
+
+    in_process_weights: InProcessWeights | None = None
+    served_weights: ServedWeights | None = None
+    answer_taker: AnswerTaker | None = None
+
+
+class Engine(Protocol):
+    """Serves a policy: token ids in, sampled token ids and their logprobs out. ``generate`` is async
+    and may be called many times concurrently.
+
+    ``policy_version`` increases by one each time new weights are served; every Generation records
+    the version that produced it. ``capabilities``: what else this engine does (see the module
+    docstring); an engine that does nothing more has ``EngineCapabilities()``.
+    """
+
+    @property
+    def policy_version(self) -> int: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def capabilities(self) -> EngineCapabilities: ...
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: TokenSink | None = None,
+    ) -> Generation:
+        """Sample a continuation of ``prompt_ids``.
+
+        Every engine takes ``on_tokens``: given one, it hands the sampled ids to it, in order, before
+        returning the Generation (which holds them all) -- as they are sampled, or all at once for an
+        engine whose reply is decided, not sampled. Cancelling the call stops the generation.
+        Raises ContextOverflowError if the prompt does not fit, EngineError on failure.
+        """
+        ...
+
+    async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
+        """Logprob of each token after its prompt (teacher forcing), at ``temperature``."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 @runtime_checkable

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from lego.config import EngineConfig, ProxyConfig
 from lego.engines import build_engine
-from lego.engines.base import Engine
 from lego.models.chat import ChatFormat
 from lego.proxies.server import ProxyServer
+from lego.seams import Engine
 
 __all__ = ["ServedPolicy"]
 

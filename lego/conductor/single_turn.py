@@ -40,9 +40,9 @@ import httpx
 from lego.conductor.items import TrainItem, items_from_trajectories
 from lego.conductor.trainer import Trainer
 from lego.conductor.weight_sync import InProcessCopy
-from lego.engines.base import Engine
 from lego.errors import EngineError
 from lego.proxies.server import ProxyServer
+from lego.seams import Engine
 from lego.types import SamplingOverride, SessionSpec, Trajectory
 
 __all__ = ["RewardFn", "SingleTurnLoop", "SingleTurnStep"]
@@ -178,7 +178,13 @@ class SingleTurnLoop:
         items = items_from_trajectories(trajectories, adv_eps=self.trainer.algo.adv_eps)
         metrics = self.trainer.train_step(items)
         t2 = time.perf_counter()
-        version = InProcessCopy(self.engine).push(self.trainer)
+        weights = self.engine.capabilities.in_process_weights
+        if weights is None:
+            raise EngineError(
+                f"SingleTurnLoop copies the trainer's weights into the engine, and the {type(self.engine).__name__} "
+                "engine takes no in-process weights; serve the policy with an in-process engine (transformers)"
+            )
+        version = InProcessCopy(weights).push(self.trainer)
         t3 = time.perf_counter()
         self.steps_done += 1
         return SingleTurnStep(

@@ -23,6 +23,9 @@ The endpoints and bodies are those of vLLM 0.10.x's OpenAI server (``vllm/entryp
 api_server.py``: ``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``, and under
 ``VLLM_SERVER_DEV_MODE`` ``/collective_rpc`` and ``/reset_prefix_cache``). After vLLM serves the
 new weights the engine learns the name to request and the new version (``VLLMEngine.serve``).
+
+Each delivery holds the engine's capability it needs (``lego.seams``): ``in_process_weights`` for the
+copy, ``served_weights`` for vLLM; an engine without it is refused when the sync is built.
 """
 
 from __future__ import annotations
@@ -36,9 +39,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from lego.config import EngineConfig
-from lego.engines.base import Engine
-from lego.engines.vllm import VLLMEngine
 from lego.errors import ConfigError, EngineError, EngineUnavailableError
+from lego.seams import Engine, InProcessWeights, ServedWeights
 
 if TYPE_CHECKING:
     from lego.conductor.trainer import Trainer
@@ -59,7 +61,7 @@ class WeightSync(Protocol):
 class InProcessCopy:
     """An in-process engine: a state-dict copy of the trainer's weights through ``load_weights``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: InProcessWeights) -> None:
         self.engine = engine
 
     def push(self, trainer: Trainer) -> int:
@@ -73,7 +75,9 @@ class _VLLMAdmin:
     """The weight routes of a `vllm serve` (a synchronous client: the loop pushes between steps,
     while the engine's async client lives on the proxy's event loop)."""
 
-    def __init__(self, engine: VLLMEngine, weights_dir: str | Path, remote_dir: str | None, timeout_s: float) -> None:
+    def __init__(
+        self, engine: ServedWeights, weights_dir: str | Path, remote_dir: str | None, timeout_s: float
+    ) -> None:
         self.engine = engine
         self.weights_dir = Path(weights_dir)
         self.remote_dir = (remote_dir or str(self.weights_dir)).rstrip("/")
@@ -137,7 +141,7 @@ class VLLMLoraHotLoad(_VLLMAdmin):
 
     def __init__(
         self,
-        engine: VLLMEngine,
+        engine: ServedWeights,
         weights_dir: str | Path,
         remote_dir: str | None,
         timeout_s: float,
@@ -187,14 +191,21 @@ class VLLMLoraHotLoad(_VLLMAdmin):
 
 def build_weight_sync(cfg: EngineConfig, engine: Engine) -> WeightSync:
     """The weight delivery for the engine ``cfg`` built (``lego.engines.build_engine(cfg)``)."""
+    caps = engine.capabilities
     if cfg.kind == "transformers":
-        return InProcessCopy(engine)
+        if caps.in_process_weights is None:  # the factory built it from the same cfg: a caller mixed configs
+            raise ConfigError(
+                f"engine.kind='transformers' but the {type(engine).__name__} engine takes no in-process "
+                "weights; build it from the same config"
+            )
+        return InProcessCopy(caps.in_process_weights)
     if cfg.kind == "oracle":
         raise ConfigError(
             "engine.kind='oracle' proves harness integration and never trains; train with "
             "engine.kind='transformers' or 'vllm'"
         )
-    if not isinstance(engine, VLLMEngine):  # the factory built it from the same cfg: a caller mixed configs
+    served = caps.served_weights
+    if served is None:  # the factory built it from the same cfg: a caller mixed configs
         raise ConfigError(
             f"engine.kind='vllm' but the engine is a {type(engine).__name__}; build it from the same config"
         )
@@ -204,5 +215,5 @@ def build_weight_sync(cfg: EngineConfig, engine: Engine) -> WeightSync:
             "(vllm_weight_sync='full') or where adapters are written (='lora'), visible to both machines"
         )
     if cfg.vllm_weight_sync == "lora":
-        return VLLMLoraHotLoad(engine, cfg.vllm_weights_dir, cfg.vllm_weights_dir_remote, cfg.request_timeout_s)
-    return VLLMFullReload(engine, cfg.vllm_weights_dir, cfg.vllm_weights_dir_remote, cfg.request_timeout_s)
+        return VLLMLoraHotLoad(served, cfg.vllm_weights_dir, cfg.vllm_weights_dir_remote, cfg.request_timeout_s)
+    return VLLMFullReload(served, cfg.vllm_weights_dir, cfg.vllm_weights_dir_remote, cfg.request_timeout_s)

@@ -1,4 +1,4 @@
-"""Engines serve the policy: token ids in, sampled ids and their logprobs out (see ``base.Engine``).
+"""Engines serve the policy: token ids in, sampled ids and their logprobs out (the ``lego.seams.Engine`` seam).
 
 ``build_engine(cfg)`` is the one place engines are built: it picks the implementation named by
 ``cfg.kind`` and imports it only then (a machine without vLLM never imports it), and builds it
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lego.engines.base import Engine
 from lego.registry import Registry
+from lego.seams import Engine
 
 if TYPE_CHECKING:
     from lego.config import EngineConfig

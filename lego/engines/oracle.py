@@ -3,8 +3,8 @@
 It proves a harness integration end to end (harness -> proxy -> engine -> sandbox -> grader)
 without a capable policy; it never trains. Each call reads the request (``RequestContext``: the
 canonical OpenAI messages and tools, and ``answer``: the task's gold patch, which the proxy hands to
-this engine alone -- ``open_session(..., answer=task.patch)`` is refused for any engine that does not
-declare ``takes_answer``) and answers with the harness's own way to act:
+this engine alone -- ``open_session(..., answer=task.patch)`` is refused for any engine whose
+``capabilities.answer_taker`` is None) and answers with the harness's own way to act:
 
 - a tool-calling harness: one call of its shell tool (a tool named like bash / terminal / shell /
   exec_command whose schema has a ``command``/``cmd`` parameter) that pipes the patch, base64
@@ -38,9 +38,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from lego.config import EngineConfig
-from lego.engines.base import Engine, TokenSink
 from lego.engines.script_answer import ScriptAnswer
 from lego.errors import EngineError
+from lego.seams import Engine, EngineCapabilities, TokenSink
 from lego.types import Generation, RequestContext, SamplingParams
 
 __all__ = ["OracleEngine", "OracleReply", "answer_command", "plan_reply", "search_replace_blocks"]
@@ -247,14 +247,13 @@ def plan_reply(context: RequestContext, patch: str) -> OracleReply:
 
 
 class OracleEngine:
-    """An :class:`~lego.engines.base.Engine` that answers with the gold patch; logprobs from ``scorer``.
+    """An :class:`~lego.seams.Engine` that answers with the gold patch; logprobs from ``scorer``.
 
     ``chat_format`` renders the reply to ids; ``scorer`` is any engine with a real ``score``
     (e.g. the TransformersEngine of the tiny default model). The gold patch comes from
-    ``context.answer`` (``takes_answer``: the proxy gives a session's answer to this engine only).
+    ``context.answer``: its capability is ``answer_taker`` (the proxy gives a session's answer to this
+    engine only). It has no weights of its own to load and never trains.
     """
-
-    takes_answer = True
 
     def __init__(
         self,
@@ -325,11 +324,12 @@ class OracleEngine:
             engine_time_s=time.monotonic() - start,
         )
 
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(answer_taker=self)
+
     async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
         return await self.scorer.score(sequences, prompt_lens, temperature)
-
-    def load_weights(self, state_dict: Mapping[str, Any]) -> int:
-        raise EngineError("the oracle engine has no weights to load; it proves integration and never trains")
 
     async def close(self) -> None:
         await self.scorer.close()

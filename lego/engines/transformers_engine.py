@@ -51,7 +51,6 @@ from typing import Any
 import torch
 
 from lego.config import EngineConfig
-from lego.engines.base import TokenSink
 from lego.engines.batching import PendingRequest
 from lego.engines.decode import Decoder
 from lego.engines.guided import Guides
@@ -59,6 +58,7 @@ from lego.engines.prefix_cache import PrefixCache
 from lego.engines.scheduler import BatchScheduler
 from lego.engines.scoring import teacher_forced_logprobs
 from lego.errors import ContextOverflowError, EngineError, EngineUnavailableError, ModelError
+from lego.seams import EngineCapabilities, TokenSink
 from lego.types import Generation, RequestContext, SamplingParams
 
 __all__ = ["TransformersEngine"]
@@ -85,10 +85,9 @@ class TransformersEngine:
     On CPU the constructor sets torch's intra-op threads (process-wide) to ``num_threads``,
     default half the cores. ``model`` is the live ``torch.nn.Module``: an in-process trainer may share its tensors, in
     which case it must update them inside ``with engine.paused():`` and then call
-    ``load_weights({})`` to bump ``policy_version``.
+    ``load_weights({})`` to bump ``policy_version``. Its capability beyond the Engine seam:
+    in-process weights (:meth:`load_weights`).
     """
-
-    takes_answer = False
 
     def __init__(
         self,
@@ -279,6 +278,10 @@ class TransformersEngine:
                 batch_size=self.max_batch_size,
                 max_model_len=self.max_model_len,
             )
+
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(in_process_weights=self)
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> int:
         """Copy ``state_dict`` into the model between batches and bump ``policy_version``.

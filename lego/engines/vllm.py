@@ -38,7 +38,8 @@ its first chunk); a cancelled ``generate`` closes its HTTP request or stream, an
 Weights reach the server through ``lego.conductor.weight_sync`` (full reload or LoRA hot-load over
 vLLM's own HTTP API, talking to ``base_url`` with ``api_key``); once the server serves them it calls
 :meth:`VLLMEngine.serve` with the name requests must use (the adapter's, for LoRA) and the new
-version. ``load_weights`` (an in-process state dict) cannot reach a remote server and refuses.
+version: the engine's capability is ``served_weights`` (an in-process state dict cannot reach a remote
+server, so it has no ``in_process_weights``).
 """
 
 from __future__ import annotations
@@ -46,14 +47,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
 from lego.config import EngineConfig
-from lego.engines.base import TokenSink
 from lego.errors import ConfigError, ContextOverflowError, EngineError, EngineUnavailableError, LegoError
+from lego.seams import EngineCapabilities, TokenSink
 from lego.types import Generation, RequestContext, SamplingParams
 
 __all__ = ["VLLMEngine"]
@@ -75,9 +75,7 @@ def _sampled_ids(choice: dict[str, Any], lp: dict[str, Any]) -> list[int]:
 
 
 class VLLMEngine:
-    """An :class:`~lego.engines.base.Engine` backed by a running `vllm serve` (see the module docstring)."""
-
-    takes_answer = False
+    """An :class:`~lego.seams.Engine` backed by a running `vllm serve` (see the module docstring)."""
 
     def __init__(
         self,
@@ -318,16 +316,14 @@ class VLLMEngine:
 
         return list(await asyncio.gather(*(one(s, p) for s, p in zip(sequences, prompt_lens, strict=True))))
 
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(served_weights=self)
+
     def serve(self, model: str, version: int) -> None:
         """From now on, request ``model`` (the server already serves it) and record ``version``."""
         self.model = model
         self.policy_version = version
-
-    def load_weights(self, state_dict: Mapping[str, Any]) -> int:
-        raise EngineError(
-            "VLLMEngine cannot take an in-process state dict: weights reach vLLM through "
-            "lego.conductor.weight_sync.build_weight_sync (engine.vllm_weight_sync = 'full' or 'lora')"
-        )
 
     async def close(self) -> None:
         """Close the HTTP client on the loop its connections belong to (the proxy's, usually not the

@@ -47,11 +47,11 @@ import uvicorn
 from starlette.applications import Starlette
 
 from lego.config import ProxyConfig
-from lego.engines.base import Engine
 from lego.errors import ConfigError
 from lego.io import atomic_write_json
 from lego.proxies.app import build_app
 from lego.proxies.service import ChatFormatLike, ProxyService, takes_answer
+from lego.seams import Engine
 from lego.types import Endpoint, SessionSpec, Trajectory
 
 __all__ = ["ProxyServer", "is_loopback", "session_endpoint"]

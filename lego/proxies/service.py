@@ -9,7 +9,7 @@ calls :meth:`ProxyService.complete`, and converts the :class:`ChatResult` back. 
 2. asks the session's :class:`~lego.proxies.recorder.SessionRecorder` for the engine prompt;
 3. fits ``max_tokens`` into the context window (no room: a non-retryable 400 and, on the main
    thread, the trajectory is labelled ``overlong``), applies the training-mode sampling override;
-4. awaits ``engine.generate`` (streaming text deltas to the route as tokens arrive, if it asks; cancelled with the request if the client goes away; nothing is
+4. awaits ``engine.generate`` (streaming text deltas to the route as the engine hands it tokens, if it asks; cancelled with the request if the client goes away; nothing is
    recorded then), cuts the generation at the first stop string, parses it into an assistant
    message and commits it to the recorder -- unless the session was sealed or closed meanwhile.
 
@@ -19,7 +19,7 @@ token can reach its own session's model routes and nothing else. Tokens are kept
 digests (a lookup compares digests, so its timing says nothing about the secret); sealing or
 closing the session revokes its token. The task's answer (the gold patch) is kept apart from the
 metadata, handed to the engine only as ``RequestContext.answer``, accepted only by an engine that
-declares ``takes_answer = True`` (the oracle), and never exported in a trajectory.
+has the ``answer_taker`` capability (the oracle), and never exported in a trajectory.
 
 Around it: the canonical call (:mod:`lego.proxies.canonical`), the session record
 (:mod:`lego.proxies.sessions`), sampling and stop cuts (:mod:`lego.proxies.sampling`) and the
@@ -28,7 +28,6 @@ Around it: the canonical call (:mod:`lego.proxies.canonical`), the session recor
 
 from __future__ import annotations
 
-import inspect
 import secrets
 import time
 import uuid
@@ -36,7 +35,6 @@ from collections.abc import Callable
 from typing import Any
 
 from lego.config import ProxyConfig
-from lego.engines.base import Engine
 from lego.errors import ChatFormatError, ContextOverflowError, EngineError, EngineUnavailableError
 from lego.models.tool_parsers import THINK_OPEN
 from lego.proxies.canonical import ChatFormatLike, ChatRequest, ChatResult
@@ -46,6 +44,7 @@ from lego.proxies.sampling import apply_stop, sampling_params, token_logprobs
 from lego.proxies.sessions import Session, token_digest
 from lego.proxies.streaming import DeltaSink, TextDeltas
 from lego.proxies.tool_choice import check_tool_choice, end_after_first_call, forced_prefix, forced_regex
+from lego.seams import Engine, TokenSink
 from lego.types import RequestContext, SessionSpec, Trajectory
 
 # ChatFormatLike, ChatRequest, ChatResult and Session are defined in lego.proxies.canonical and
@@ -55,8 +54,8 @@ __all__ = ["ChatFormatLike", "ChatRequest", "ChatResult", "ProxyService", "Sessi
 
 
 def takes_answer(engine: Engine) -> bool:
-    """Whether ``engine`` declares that it plays the task's answer (``takes_answer = True``: the oracle)."""
-    return engine.takes_answer is True
+    """Whether ``engine`` plays the task's answer: it has the ``answer_taker`` capability (the oracle)."""
+    return engine.capabilities.answer_taker is not None
 
 
 class ProxyService:
@@ -233,7 +232,9 @@ class ProxyService:
             if on_generate is not None:
                 on_generate()
             try:
-                if on_delta is not None and _streams(self.engine):
+                on_tokens: TokenSink | None = None
+                if on_delta is not None:
+                    sink = on_delta
                     deltas = TextDeltas(
                         self.chat,
                         req.tools,
@@ -242,13 +243,12 @@ class ProxyService:
                         enabled=not forced_ids,
                     )
 
-                    def on_tokens(ids: list[int]) -> None:
+                    def feed(ids: list[int]) -> None:
                         for kind, text in deltas.feed(ids):
-                            on_delta(kind, text)
+                            sink(kind, text)
 
-                    gen = await self.engine.generate(call.prompt_ids, sampling, ctx, on_tokens=on_tokens)
-                else:
-                    gen = await self.engine.generate(call.prompt_ids, sampling, ctx)
+                    on_tokens = feed
+                gen = await self.engine.generate(call.prompt_ids, sampling, ctx, on_tokens=on_tokens)
             except ContextOverflowError as exc:
                 raise self._overflow(s, main, str(exc)) from exc
             except EngineUnavailableError as exc:
@@ -304,14 +304,6 @@ class ProxyService:
         if main:
             s.termination = "overlong"
         return ApiError(400, message, "context_length", code="context_length_exceeded")
-
-
-def _streams(engine: Engine) -> bool:
-    """Whether ``engine.generate`` takes ``on_tokens`` (an engine without it answers all at once)."""
-    try:
-        return "on_tokens" in inspect.signature(engine.generate).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _jsonable(v: Any) -> bool:

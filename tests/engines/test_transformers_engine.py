@@ -10,9 +10,9 @@ import torch
 
 from lego.config import EngineConfig
 from lego.engines import build_engine
-from lego.engines.base import Engine
 from lego.engines.transformers_engine import TransformersEngine
 from lego.errors import ContextOverflowError, EngineError
+from lego.seams import Engine
 from lego.types import SamplingParams
 
 
@@ -57,7 +57,9 @@ def prompts_of_different_lengths(chat_format, n: int) -> list[list[int]]:
 
 
 def test_is_an_engine(engine: TransformersEngine) -> None:
-    assert isinstance(engine, Engine)
+    seam: Engine = engine  # the seam is a static Protocol: mypy checks the class against it
+    caps = seam.capabilities
+    assert caps.in_process_weights is engine and caps.served_weights is None and caps.answer_taker is None
     assert engine.model.dtype == torch.float32
     assert engine.eos_token_ids[:1] == [engine.model.config.eos_token_id]
 

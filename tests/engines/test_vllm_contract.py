@@ -220,14 +220,15 @@ def test_cancelling_generate_disconnects_so_vllm_aborts(fake: tuple[FakeVLLM, st
     assert fv.disconnected.wait(5)
 
 
-def test_score_uses_prompt_logprobs_and_load_weights_points_at_weight_sync(fake: tuple[FakeVLLM, str]) -> None:
+def test_score_uses_prompt_logprobs_and_weights_are_served_not_loaded(fake: tuple[FakeVLLM, str]) -> None:
     fv, url = fake
     engine = VLLMEngine(url)
     (lps,) = asyncio.run(engine.score([[4, 5, 6, 7]], [2], 1.0))
     assert lps == pytest.approx([-0.02, -0.03])
     assert fv.requests[0].prompt_logprobs == 0
-    with pytest.raises(EngineError, match=r"lego\.conductor\.weight_sync"):
-        engine.load_weights({})
+    # an in-process state dict cannot reach the server: weight_sync rewrites them there instead
+    caps = engine.capabilities
+    assert caps.served_weights is engine and caps.in_process_weights is None and caps.answer_taker is None
 
 
 @pytest.mark.gpu

@@ -16,12 +16,12 @@ from lego.algos import PEARSON
 from lego.conductor.items import items_from_trajectories
 from lego.conductor.trainer import Trainer
 from lego.config import LegoConfig, ProxyConfig
+from lego.engines.scripted import ScriptedEngine
 from lego.engines.transformers_engine import TransformersEngine
 from lego.models.chat import ChatFormat
 from lego.models.families import Family
 from lego.models.tiny import build_tiny_on
 from lego.proxies.server import ProxyServer
-from lego.types import Generation, RequestContext, SamplingParams
 
 BASH = {
     "type": "function",
@@ -31,38 +31,6 @@ BASH = {
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
     },
 }
-
-
-class ScriptedEngine:
-    """Plays chosen completions (ids) with logprobs from the real engine; samples for real when
-    the script is empty. A random model never writes a tool call, so the tool turn is scripted."""
-
-    takes_answer = False
-
-    def __init__(self, real: TransformersEngine) -> None:
-        self.real = real
-        self.script: list[list[int]] = []
-        self.prompts: list[list[int]] = []
-        self.policy_version = 0
-        self.max_model_len = real.max_model_len
-
-    async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
-    ) -> Generation:
-        self.prompts.append(list(prompt_ids))
-        if not self.script:
-            return await self.real.generate(prompt_ids, sampling, context)
-        ids = self.script.pop(0)
-        (lps,) = await self.real.score([list(prompt_ids) + ids], [len(prompt_ids)], sampling.temperature or 1.0)
-        return Generation(
-            token_ids=ids, logprobs=lps, finish_reason="stop", policy_version=0, prompt_tokens=len(prompt_ids)
-        )
-
-    async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
-        return list(await self.real.score(sequences, prompt_lens, temperature))
-
-    async def close(self) -> None:
-        return None
 
 
 def _assistant_ids(chat: ChatFormat, messages: list[dict[str, Any]], assistant: dict[str, Any]) -> list[int]:
@@ -83,13 +51,13 @@ def test_family_through_proxy_recorder_and_one_training_step(family: Family, tmp
     assert chat.tool_call_format == family.tool_parser
     real = TransformersEngine(model_dir, device="cpu", max_batch_size=4, seed=0)
     assert real.eos_token_ids == chat.eos_token_ids  # the generation config carries the template's stop ids
-    engine = ScriptedEngine(real)
+    engine = ScriptedEngine(real, chat, idle=None)  # an empty script: the model samples for real
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You fix bugs."},
         {"role": "user", "content": "Tests fail in calc.py."},
     ]
     call = {"id": "x", "type": "function", "function": {"name": "bash", "arguments": '{"command": "pytest -q"}'}}
-    with ProxyServer(engine, chat, ProxyConfig(port=0, default_max_tokens=16)) as srv:  # type: ignore[arg-type]
+    with ProxyServer(engine, chat, ProxyConfig(port=0, default_max_tokens=256)) as srv:  # type: ignore[arg-type]
         client = openai.OpenAI(base_url=srv.session_base_url("r"), api_key="k", max_retries=0)
         # 1: sampled by the model for real
         r = client.chat.completions.create(model="m", messages=messages, tools=[BASH], max_tokens=8, temperature=1.0)

@@ -20,10 +20,11 @@ import pytest
 
 from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.config import LegoConfig, SandboxConfig
+from lego.engines.scripted import ScriptedEngine
 from lego.errors import EngineUnavailableError
+from lego.seams import TokenSink
 from lego.types import Generation, RequestContext, SamplingParams, Task, Trajectory
 from tests.lego.calc_task import make_calc_task
-from tests.proxies.conftest import ScriptedEngine
 
 FIX = "sed -i 's/a - b/a + b/' calc.py"
 
@@ -41,11 +42,15 @@ class DownableEngine(ScriptedEngine):
     down = False
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> Generation:
         if self.down:
             raise EngineUnavailableError("the policy server is down")
-        return await super().generate(prompt_ids, sampling, context)
+        return await super().generate(prompt_ids, sampling, context, on_tokens)
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,10 @@ import pytest
 
 from lego.config import ProxyConfig
 from lego.engines.oracle import OracleEngine
+from lego.engines.scripted import ScriptedEngine
 from lego.proxies.server import ProxyServer
+from lego.seams import TokenSink
 from lego.types import Generation, RequestContext, SamplingOverride, SamplingParams, SessionSpec
-from tests.proxies.conftest import ScriptedEngine
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 MESSAGES = {"model": "claude-x", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
@@ -245,11 +246,15 @@ class RecordingOracle(OracleEngine):
         self.contexts: list[RequestContext] = []
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> Generation:
         assert context is not None
         self.contexts.append(context)
-        return await super().generate(prompt_ids, sampling, context)
+        return await super().generate(prompt_ids, sampling, context, on_tokens)
 
 
 def test_the_answer_reaches_the_oracle_and_nothing_the_agent_or_a_file_sees(

@@ -25,10 +25,10 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from lego.config import ProxyConfig
+from lego.engines.scripted import ScriptedEngine
 from lego.models.chat import ChatFormat
 from lego.proxies.openai_chat import template_renders_name
 from lego.proxies.server import ProxyServer
-from tests.proxies.conftest import ScriptedEngine
 
 BASH = {
     "type": "function",

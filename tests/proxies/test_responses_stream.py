@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
+from lego.engines.scripted import ScriptedEngine
 from lego.proxies.server import ProxyServer
-from tests.proxies.conftest import StreamingScript
 
 CALL = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'
 TOOLS = [
@@ -51,7 +51,7 @@ def read(srv: ProxyServer, session: str, **extra: Any) -> tuple[list[Any], Any]:
     ],
 )
 def test_every_item_keeps_one_id_from_added_to_done_to_completed(
-    streaming: tuple[ProxyServer, StreamingScript], script: str
+    streaming: tuple[ProxyServer, ScriptedEngine], script: str
 ) -> None:
     srv, engine = streaming
     engine.push(script)

@@ -19,8 +19,8 @@ import pytest
 from google import genai
 from google.genai import types
 
+from lego.engines.scripted import ScriptedEngine
 from lego.proxies.server import ProxyServer
-from tests.proxies.conftest import StreamingScript
 
 TEXT = "first the argument parser, then its unit tests and finally the docs"
 
@@ -49,7 +49,7 @@ def oai(srv: ProxyServer, session: str) -> openai.OpenAI:
 @pytest.mark.parametrize("where", ["inside", "spanning", "boundary"])
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_chat_stop_cuts_at_the_character(
-    streaming: tuple[ProxyServer, StreamingScript], chat_format: Any, where: str, stream: bool
+    streaming: tuple[ProxyServer, ScriptedEngine], chat_format: Any, where: str, stream: bool
 ) -> None:
     srv, engine = streaming
     stop = stops_of(chat_format)[where]
@@ -68,7 +68,7 @@ def test_chat_stop_cuts_at_the_character(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_anthropic_stop_sequence_cuts_at_the_character_and_names_it(
-    streaming: tuple[ProxyServer, StreamingScript], chat_format: Any, stream: bool
+    streaming: tuple[ProxyServer, ScriptedEngine], chat_format: Any, stream: bool
 ) -> None:
     srv, engine = streaming
     stop = stops_of(chat_format)["inside"]
@@ -86,7 +86,7 @@ def test_anthropic_stop_sequence_cuts_at_the_character_and_names_it(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_responses_and_gemini_stop_cut_at_the_character(
-    streaming: tuple[ProxyServer, StreamingScript], chat_format: Any, stream: bool
+    streaming: tuple[ProxyServer, ScriptedEngine], chat_format: Any, stream: bool
 ) -> None:
     srv, engine = streaming
     stop = stops_of(chat_format)["spanning"]
@@ -112,7 +112,7 @@ def test_responses_and_gemini_stop_cut_at_the_character(
     "script",
     ["hello there\n", "\n  indented words  \n\n", "<think>\nhmm\n</think>\n\nthe answer\n", "tail\n" * 3],
 )
-def test_chat_logprob_tokens_join_to_the_content(streaming: tuple[ProxyServer, StreamingScript], script: str) -> None:
+def test_chat_logprob_tokens_join_to_the_content(streaming: tuple[ProxyServer, ScriptedEngine], script: str) -> None:
     srv, engine = streaming
     engine.push(script + "<|im_end|>", script + "<|im_end|>")
     client = oai(srv, "lp")
@@ -130,7 +130,7 @@ def test_chat_logprob_tokens_join_to_the_content(streaming: tuple[ProxyServer, S
     assert "".join(t.token for t in streamed) == "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def test_responses_logprob_tokens_join_to_the_output_text(streaming: tuple[ProxyServer, StreamingScript]) -> None:
+def test_responses_logprob_tokens_join_to_the_output_text(streaming: tuple[ProxyServer, ScriptedEngine]) -> None:
     srv, engine = streaming
     engine.push("two lines\nof text\n\n<|im_end|>")
     r = oai(srv, "rl").responses.create(model="m", input="hi", include=["message.output_text.logprobs"])

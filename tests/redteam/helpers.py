@@ -19,8 +19,8 @@ from typing import Any
 
 from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.config import LegoConfig, SandboxConfig
-from lego.types import Generation, RequestContext, SamplingParams, Task, Trajectory
-from tests.proxies.conftest import ScriptedEngine
+from lego.engines.scripted import ScriptedEngine
+from lego.types import RequestContext, SamplingParams, Task, Trajectory
 from tests.sandboxes.sbx_fixtures import LIB_BUGGY
 
 __all__ = [
@@ -124,20 +124,12 @@ class RoutedScriptEngine(ScriptedEngine):
                 return key
         return "<unrouted>"
 
-    async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
-    ) -> Generation:
+    def next_completion(self, context: RequestContext | None, sampling: SamplingParams) -> str:
         with self._lock:
             key = self._key(context)
             queue = self.routes.get(key, [])
-            text = queue.pop(0) if queue else IDLE
             self.served[key].append(sampling)
-        ids = self.chat.encode(text)[: sampling.max_tokens]
-        (lps,) = await self.real.score([list(prompt_ids) + ids], [len(prompt_ids)], sampling.temperature or 1.0)
-        finish = "stop" if ids and ids[-1] in self.chat.eos_token_ids else "length"
-        return Generation(
-            token_ids=ids, logprobs=lps, finish_reason=finish, policy_version=0, prompt_tokens=len(prompt_ids)
-        )
+            return queue.pop(0) if queue else IDLE
 
 
 @dataclass

@@ -79,6 +79,12 @@ def test_weight_sync_refusals_name_the_fix(model_dir, make_config, tmp_path):
         build_weight_sync(EngineConfig(kind="vllm", vllm_url="http://127.0.0.1:9"), engine)
     with pytest.raises(ConfigError, match="never trains"):
         build_weight_sync(EngineConfig(kind="oracle"), engine)
+    # mixed configs: each sync needs its capability of the engine, and says so when it is missing
+    with pytest.raises(ConfigError, match="takes no in-process weights"):
+        build_weight_sync(EngineConfig(kind="transformers"), engine)
+    in_process = TransformersEngine(model_dir, dtype="float32", num_threads=1)
+    with pytest.raises(ConfigError, match=r"engine\.kind='vllm' but the engine is a TransformersEngine"):
+        build_weight_sync(EngineConfig(kind="vllm", vllm_url="http://x", vllm_weights_dir=str(tmp_path)), in_process)
     with pytest.raises(ValueError, match=r"lora_modules_to_save.*vllm_weight_sync='full'"):
         LegoConfig.model_validate(
             {

@@ -31,6 +31,7 @@ import httpx
 import orjson
 
 from lego.config import ProxyConfig
+from lego.seams import EngineCapabilities, TokenSink
 from lego.types import Generation, RequestContext, SamplingParams
 
 __all__ = ["InstantEngine", "command", "measure"]
@@ -50,9 +51,10 @@ _WORDS = "def class return import self value test assert error file line patch t
 
 
 class InstantEngine:
-    """An engine that answers instantly with one fixed completion (so latency is all proxy)."""
+    """An engine that answers instantly with one fixed completion (so latency is all proxy); it hands a
+    stream the whole completion at once."""
 
-    takes_answer = False
+    capabilities = EngineCapabilities()
 
     def __init__(self, completion_ids: list[int], max_model_len: int = 1_000_000) -> None:
         self.completion_ids = completion_ids
@@ -60,19 +62,21 @@ class InstantEngine:
         self.policy_version = 0
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, context: RequestContext | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        context: RequestContext | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> Generation:
         ids = self.completion_ids[: sampling.max_tokens]
+        if on_tokens is not None and ids:
+            on_tokens(list(ids))
         return Generation(
             token_ids=ids, logprobs=[-1.0] * len(ids), finish_reason="stop", prompt_tokens=len(prompt_ids)
         )
 
     async def score(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
         return [[-1.0] * (len(s) - p) for s, p in zip(sequences, prompt_lens, strict=True)]
-
-    def load_weights(self, state_dict: Any) -> int:
-        self.policy_version += 1
-        return self.policy_version
 
     async def close(self) -> None:
         return None
