@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = [
     "INFRA_LABELS",
+    "CounterName",
     "DiscardedGeneration",
     "Endpoint",
     "ExecResult",
@@ -46,6 +47,37 @@ INFRA_LABELS: frozenset[str] = frozenset({"env_error", "harness_error"})
 FailureCause = Literal["policy", "infrastructure"]
 
 FinishReason = Literal["stop", "length", "abort"]
+
+CounterName = Literal[
+    # the recorder's (lego.proxies.recorder.SessionRecorder.counters)
+    "calls",  # generations recorded
+    "prompt_tokens",  # prompt tokens over all calls (a rendered history counts once per call)
+    "completion_tokens",  # tokens the engine generated
+    "rewrites",  # segments sealed because the client rewrote the history
+    "retries",  # calls that replaced the last assistant turn (its generation discarded)
+    "template_unstable",  # renders where the chat template was not prefix-stable
+    "tool_call_parse_failures",  # tool calls the parser could not read
+    "overflows",  # calls refused for the context window
+    "side_threads_evicted",  # side threads dropped to keep their number bounded
+    "reasoning_seals",  # rewrites caused by the template dropping old reasoning
+    "reprefill_tokens",  # prompt tokens prefilled again after such a seal
+    "kept_reasoning_tokens",  # reasoning tokens kept in history (proxy.reasoning_history = "keep")
+    "constrained_tokens",  # tokens written under a forced tool call's constraint
+    "hosted_tools_dropped",  # hosted tools left out of requests
+    # its summary (SessionRecorder.summary_counters)
+    "segments",
+    "threads",
+    "turns",  # main-thread turns; the rollout overwrites it with the harness's own count when it has one
+    "side_calls",
+    # the session's (lego.proxies.service)
+    "engine_time_s",
+    "proxy_time_s",
+    "engine_unavailable",
+    "engine_errors",
+    "tool_choice_failures",
+]
+"""The names ``Trajectory.counters`` may hold: every writer and reader uses one of these, so a
+misspelt counter is a type error (mypy) and a validation error (loading), not a silent 0."""
 
 
 class TaskEnvironment(BaseModel):
@@ -328,7 +360,7 @@ class Trajectory(BaseModel):
     reward: float | None = None
     grade: GradeResult | None = None
     guard_flags: dict[str, bool] = Field(default_factory=dict)
-    counters: dict[str, float] = Field(default_factory=dict)
+    counters: dict[CounterName, float] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     cause: FailureCause = Field(

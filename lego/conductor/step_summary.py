@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from lego.algos.fidelity import PEARSON
-from lego.types import INFRA_LABELS, Trajectory
+from lego.types import INFRA_LABELS, CounterName, Trajectory
 
 __all__ = ["step_metrics", "summary_line"]
 
@@ -48,7 +48,8 @@ def step_metrics(trajs: Sequence[Trajectory], train_metrics: dict[str, float]) -
     m["rollout/segments_mean"] = sum(len(t.segments) for t in valid) / max(len(valid), 1)
     m["rollout/turns_mean"] = sum(t.counters.get("turns", 0.0) for t in valid) / max(len(valid), 1)
     # the reasoning-history policy's deviation from one plain segment (proxy.reasoning_history)
-    for key in ("reasoning_seals", "reprefill_tokens", "kept_reasoning_tokens"):
+    policy_counters: tuple[CounterName, ...] = ("reasoning_seals", "reprefill_tokens", "kept_reasoning_tokens")
+    for key in policy_counters:
         m[f"rollout/{key}_mean"] = sum(t.counters.get(key, 0.0) for t in valid) / max(len(valid), 1)
     for h in sorted({t.harness for t in trajs}):
         mine = [t for t in trajs if t.harness == h]

@@ -106,7 +106,7 @@ from lego.proxies.threads import (
     thread_key,
     tool_arguments,
 )
-from lego.types import DiscardedGeneration, Generation, MainThreadSpec, Segment, SideThread
+from lego.types import CounterName, DiscardedGeneration, Generation, MainThreadSpec, Segment, SideThread
 
 # Thread, standing and thread_key are defined in lego.proxies.threads and re-exported: they are
 # part of how a reader of the recorder inspects its decisions.
@@ -175,7 +175,7 @@ class SessionRecorder:
         self.reasoning_history: ReasoningHistory = reasoning_history
         self.threads: dict[str, Thread] = {}
         self.discarded: list[DiscardedGeneration] = []
-        self.counters: dict[str, float] = {
+        self.counters: dict[CounterName, float] = {
             "calls": 0,
             "prompt_tokens": 0,
             "completion_tokens": 0,
@@ -563,7 +563,7 @@ class SessionRecorder:
         main = self.main_thread()
         return (list(main.messages), list(main.tools)) if main else ([], [])
 
-    def summary_counters(self) -> dict[str, float]:
+    def summary_counters(self) -> dict[CounterName, float]:
         out = dict(self.counters)
         out["segments"] = len(self.segments())
         out["threads"] = len(self.threads)

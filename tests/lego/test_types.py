@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from lego.types import Generation, Segment, Task, Trajectory
+from lego.types import CounterName, Generation, Segment, Task, Trajectory
 
 
 def test_task_accepts_swebench_json_encoded_test_lists() -> None:
@@ -73,3 +73,19 @@ def test_trajectory_round_trip_and_infra_flag() -> None:
     assert back.is_infra_failure and back.num_sampled_tokens == 1
     # An env_error the agent caused is the policy's: scored, not masked.
     assert not back.model_copy(update={"cause": "policy"}).is_infra_failure
+
+
+def test_counters_are_named_ones_and_serialize_as_plain_json_keys() -> None:
+    traj = Trajectory(trajectory_id="t", session_id="s", counters={"calls": 2, "engine_time_s": 0.5})
+    assert '"counters":{"calls":2.0,"engine_time_s":0.5}' in traj.model_dump_json()
+    assert Trajectory.model_validate_json(traj.model_dump_json()) == traj
+    with pytest.raises(ValidationError, match="counters"):
+        Trajectory(trajectory_id="t", session_id="s", counters={"calz": 1})
+
+
+def test_every_counter_the_recorder_keeps_is_a_counter_name(chat_format) -> None:
+    from typing import get_args
+
+    from lego.proxies.recorder import SessionRecorder
+
+    assert set(SessionRecorder(chat_format).summary_counters()) <= set(get_args(CounterName))
