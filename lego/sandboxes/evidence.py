@@ -32,7 +32,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lego.sandboxes.perturb import FilePlan
+from lego.sandboxes.perturb import Definitions, FilePlan, test_function
 
 __all__ = ["Evidence", "RunRecords", "judge", "parse_run", "test_function"]
 
@@ -109,14 +109,6 @@ def parse_run(lines: list[str]) -> RunRecords:
     return run
 
 
-def test_function(test_id: str) -> tuple[str, str]:
-    """``(file, qualified function)`` of a pytest node id: ``a/t.py::C::test_x[p 1]`` -> ``(a/t.py, C.test_x)``."""
-    path, _, rest = test_id.partition("::")
-    parts = rest.split("::")
-    parts[-1] = parts[-1].split("[", 1)[0]
-    return path, ".".join(parts)
-
-
 def match_ids(expected: list[str], collected: list[str]) -> dict[str, str]:
     """Expected id -> collected node id: the same id, or (as swebench's log parser writes ids with a
     space) a collected id cut at its first space; an expected id matching several is unmatched."""
@@ -163,11 +155,17 @@ def _check_witness(w: dict[str, Any], truth: bool | None, value: Any) -> bool | 
     return _same(w["v"], value)
 
 
-def _instances(run: RunRecords, function: tuple[str, str]) -> list[str]:
-    """Every node id pytest found for one test function, in collection order (a table's rows, by
-    position: the expected ones and the others alike)."""
+def _node(test_id: str) -> str:
+    """A node id without its parameters: the test function as collected in one class of one file."""
+    return test_id.split(" ", 1)[0].split("[", 1)[0]
+
+
+def _instances(run: RunRecords, test_id: str) -> list[str]:
+    """Every node id pytest found for the test ``test_id`` is an instance of, in collection order (a
+    table's rows, by position: the expected ones and the others alike)."""
     found = run.everything if run.everything is not None else run.collected
-    return [n for n in found or [] if test_function(n.split(" ", 1)[0]) == function]
+    node = _node(test_id)
+    return [n for n in found or [] if _node(n) == node]
 
 
 @dataclass
@@ -200,6 +198,7 @@ def judge(expected: list[str], plans: list[FilePlan], runs: list[RunRecords], ex
     """The verdict over the runs of one grade (see module doc); ``plans`` carry the sites and which run
     perturbs which (:func:`lego.sandboxes.perturb.plan_perturbations`)."""
     ev = Evidence()
+    defs = Definitions(plans)
     sites: dict[tuple[str, str], list[tuple[FilePlan, int]]] = {}
     tables: set[tuple[str, str]] = set()  # functions whose perturbed table may rename instances in its run
     for plan in plans:
@@ -209,16 +208,15 @@ def judge(expected: list[str], plans: list[FilePlan], runs: list[RunRecords], ex
                 tables.add((plan.path, site.function))
     matched = [match_ids(expected, run.collected or []) for run in runs]
     for test in expected:  # a renamed instance of a perturbed table: matched by its position instead
-        f = test_function(test)
-        if f not in tables:
+        if defs(test) not in tables:
             continue
         home = next((r for r, ids in enumerate(matched) if test in ids), None)
         if home is None:
             continue
-        position = _instances(runs[home], f).index(matched[home][test])
+        position = _instances(runs[home], test).index(matched[home][test])
         for r, run in enumerate(runs):
-            same = _instances(run, f)
-            if test not in matched[r] and len(same) == len(_instances(runs[home], f)):
+            same = _instances(run, test)
+            if test not in matched[r] and len(same) == len(_instances(runs[home], test)):
                 matched[r][test] = same[position]
     for r, run in enumerate(runs):
         if not run.started:
@@ -233,18 +231,17 @@ def judge(expected: list[str], plans: list[FilePlan], runs: list[RunRecords], ex
         if run.malformed:
             ev.failures.append(f"run {r}: malformed records, e.g. {run.malformed[0]!r}")
     for test in expected:
-        _judge_test(ev, test, sites.get(test_function(test), []), runs, matched)
+        _judge_test(ev, test, sites.get(defs(test), []), runs, matched)
     return ev
 
 
 def _judge_test(
     ev: Evidence, test: str, entries: list[tuple[FilePlan, int]], runs: list[RunRecords], matched: list[dict[str, str]]
 ) -> None:
-    f = test_function(test)
     home = next((r for r, ids in enumerate(matched) if test in ids), None)
     position = None
     if home is not None:
-        same = _instances(runs[home], f)
+        same = _instances(runs[home], test)
         position = same.index(matched[home][test]) if matched[home][test] in same else None
     probe = _probe(test, entries, position)
     p_run = probe.run if probe is not None and probe.changed else None

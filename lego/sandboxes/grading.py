@@ -54,7 +54,7 @@ from lego.errors import GradingError, SandboxError
 from lego.sandboxes.evidence import Evidence, RunRecords, judge, parse_run, test_function
 from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.guards import filter_diff, patch_paths, split_diff, tracked_files
-from lego.sandboxes.perturb import FilePlan, find_sites, plan_perturbations, render
+from lego.sandboxes.perturb import Definitions, FilePlan, find_sites, plan_perturbations, render
 from lego.sandboxes.templates import git
 from lego.sandboxes.verifier import grade_verifier, is_harbor
 from lego.seams import Sandbox
@@ -277,7 +277,8 @@ def _round(
                 tracked = tracked_files(sb)
                 shared["kept"], shared["excluded"] = filter_diff(diff, tracked, protected=patch_paths(task.test_patch))
                 plans = [FilePlan(p, t, find_sites(t, p)) for p, t in _test_files(task, sb, tracked, names).items()]
-                plan_perturbations(plans, {test_function(n) for n in names}, RUNS)
+                defs = Definitions(plans)
+                plan_perturbations(plans, {defs(n) for n in names}, RUNS)
                 shared["plans"] = plans
             finally:
                 ready.set()

@@ -38,7 +38,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["WITNESS", "FilePlan", "Site", "find_sites", "perturb_token", "plan_perturbations", "render"]
+__all__ = [
+    "WITNESS",
+    "Definitions",
+    "FilePlan",
+    "Site",
+    "find_sites",
+    "perturb_token",
+    "plan_perturbations",
+    "render",
+    "test_function",
+]
 
 WITNESS = "__lego_w__"
 """The builtin the grading bootstrap installs; the rewritten test files call it at every site."""
@@ -81,6 +91,24 @@ class Site:
     and its constants (None for a row whose ARG is no literal). One row is perturbed; the instances
     are matched to rows by position (``stable_ids``: the table names its ids, so they do not change)."""
     stable_ids: bool = False
+    via: str = ""
+    """The name the literal is bound to (a local ``NAME = LITERAL`` or a parametrize argument), if any."""
+
+
+def _expected_only(fn: ast.FunctionDef | ast.AsyncFunctionDef, found: list[Site]) -> list[Site]:
+    """``found`` without the sites whose literal reaches them through a name the test also uses
+    otherwise: in ``txt = 'a b'; assert slugify(txt) == txt`` the name is the input as well, so
+    changing its literal changes what the code is given, and correct code may still pass."""
+    loads: dict[str, int] = {}
+    for stmt in fn.body:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                loads[n.id] = loads.get(n.id, 0) + 1
+    compared: dict[str, int] = {}
+    for site in found:
+        if site.via:
+            compared[site.via] = compared.get(site.via, 0) + 1
+    return [s for s in found if not s.via or loads.get(s.via, 0) == compared[s.via]]
 
 
 @dataclass
@@ -128,23 +156,41 @@ def _raising(item: ast.withitem) -> bool:
     return any(f"'{word}'" in text or f"attr='{word}" in text for word in _RAISING_CONTEXTS) or "raises" in text
 
 
-def _top_statements(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The statements every passing run of a test function executes, in order."""
+def _returns(node: ast.AST) -> bool:
+    """Whether ``node`` holds a ``return`` of the function it is in (nested functions and classes aside)."""
+    if isinstance(node, ast.Return):
+        return True
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+        return False
+    return any(_returns(child) for child in ast.iter_child_nodes(node))
+
+
+def _top_statements(body: list[ast.stmt]) -> tuple[list[ast.stmt], bool]:
+    """The statements every passing run of a test function executes, in order, and whether they run to
+    the end of ``body``. A compound statement that may ``return`` ends them: after ``if not ready:
+    return`` a passing test need not reach the next assertion (a real suite's early return)."""
     out: list[ast.stmt] = []
     for stmt in body:
         if isinstance(stmt, ast.Return | ast.Raise):
-            break
+            return out, False
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             name = ast.unparse(stmt.value.func)
             if name.endswith(("skip", "xfail", "fail", "importorskip")):
-                break
+                return out, False
         if isinstance(stmt, ast.With | ast.AsyncWith):
             if any(_raising(item) for item in stmt.items):
+                if _returns(stmt):
+                    return out, False
                 continue
-            out.extend(_top_statements(stmt.body))
+            inner, complete = _top_statements(stmt.body)
+            out.extend(inner)
+            if not complete:
+                return out, False
             continue
+        if _returns(stmt):
+            return out, False
         out.append(stmt)
-    return out
+    return out, True
 
 
 Binding = dict[str, "tuple[Any, ...]"]
@@ -162,9 +208,11 @@ def _compared(expr: ast.AST, other: ast.AST, path: str, function: str, binds: Bi
     bound = binds[other.id]
     if bound[0] == "local":
         ok, value, leaves = _literal(bound[1])
-        return Site(path, function, _span(expr), _span(bound[1]), value, tuple(map(_span, leaves))) if ok else None
+        if not ok:
+            return None
+        return Site(path, function, _span(expr), _span(bound[1]), value, tuple(map(_span, leaves)), via=other.id)
     rows, stable = bound[1], bound[2]
-    return Site(path, function, _span(expr), None, rows=rows, stable_ids=stable) if any(rows) else None
+    return Site(path, function, _span(expr), None, rows=rows, stable_ids=stable, via=other.id) if any(rows) else None
 
 
 def _sites_in(stmt: ast.stmt, path: str, function: str, binds: Binding) -> list[Site]:
@@ -275,14 +323,137 @@ def find_sites(text: str, path: str) -> list[Site]:
         for node in body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
                 binds = _table(node, constants)
-                for stmt in _top_statements(node.body):
-                    sites.extend(_sites_in(stmt, path, prefix + node.name, binds))
+                found: list[Site] = []
+                for stmt in _top_statements(node.body)[0]:
+                    found.extend(_sites_in(stmt, path, prefix + node.name, binds))
                     _bindings(stmt, binds)
+                sites.extend(_expected_only(node, found))
             elif isinstance(node, ast.ClassDef):
                 visit(node.body, f"{prefix}{node.name}.")
 
     visit(tree.body, "")
     return sites
+
+
+def test_function(test_id: str) -> tuple[str, str]:
+    """``(file, qualified function)`` as a pytest node id spells it: ``a/t.py::C::test_x[p 1]`` ->
+    ``(a/t.py, C.test_x)``. The id's class may inherit the function: :class:`Definitions` finds it."""
+    path, _, rest = test_id.partition("::")
+    parts = rest.split("::")
+    parts[-1] = parts[-1].split("[", 1)[0]
+    return path, ".".join(parts)
+
+
+class Definitions:
+    """Which function of the hidden test files a node id runs.
+
+    ``a/t.py::TestCustom::test_x`` runs ``TestDict.test_x`` when ``TestCustom(TestDict)`` inherits it,
+    and a suite's mixin may live in another file (``tests/test_lru.py::LRUCacheTest::test_copy`` runs
+    ``CacheTestMixin.test_copy`` of ``tests/__init__.py``). A perturbed function changes every test
+    that runs it, so the grader perturbs and judges by definition. Resolved statically from the
+    pristine files (the test process's own word on it would be a claim): base classes named in the
+    file, imported from another of the files (``from . import M``, ``from pkg.mod import M``,
+    ``import pkg.mod as m``) or nested, in C3 order; a base found nowhere among them (``TestCase``)
+    contributes nothing, and an id whose class is not found keeps its own spelling."""
+
+    def __init__(self, plans: list[FilePlan]) -> None:
+        self._paths = {plan.path for plan in plans}
+        self._classes: dict[tuple[str, str], tuple[list[ast.expr], set[str]]] = {}
+        self._imports: dict[str, dict[str, tuple[str | None, str]]] = {}  # local name -> (module file, attr)
+        self._cache: dict[str, tuple[str, str]] = {}
+        for plan in plans:
+            try:
+                tree = ast.parse(plan.text)
+            except (SyntaxError, ValueError):
+                continue
+            self._index(plan.path, tree.body, "")
+            imports = self._imports.setdefault(plan.path, {})
+            for node in tree.body:
+                if isinstance(node, ast.ImportFrom):
+                    module = self._module(plan.path, node.module or "", node.level)
+                    for alias in node.names:
+                        imports[alias.asname or alias.name] = (module, alias.name)
+                elif isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.asname:
+                            imports[alias.asname] = (self._module(plan.path, alias.name, 0), "")
+
+    def _index(self, path: str, body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                names = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)} | {
+                    t.id for n in node.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+                }
+                self._classes[(path, prefix + node.name)] = (node.bases, names)
+                self._index(path, node.body, f"{prefix}{node.name}.")
+
+    def _module(self, path: str, dotted: str, level: int) -> str | None:
+        """The hidden test file a module name means, seen from ``path`` (None: none of them)."""
+        if level:
+            base = path.rsplit("/", 1)[0] if "/" in path else ""
+            for _ in range(level - 1):
+                base = base.rsplit("/", 1)[0] if "/" in base else ""
+            rel = "/".join(p for p in (base, dotted.replace(".", "/")) if p)
+            for candidate in (f"{rel}.py" if dotted else None, f"{rel}/__init__.py" if rel else "__init__.py"):
+                if candidate in self._paths:
+                    return candidate
+            return None
+        rel = dotted.replace(".", "/")
+        found = [
+            p
+            for p in self._paths
+            for tail in (f"{rel}.py", f"{rel}/__init__.py")
+            if p == tail or p.endswith("/" + tail)
+        ]
+        return found[0] if len(found) == 1 else None
+
+    def _base(self, path: str, expr: ast.expr, depth: int = 0) -> tuple[str, str] | None:
+        if depth > 8:
+            return None
+        dotted = ast.unparse(expr)
+        if (path, dotted) in self._classes:
+            return path, dotted
+        head, _, rest = dotted.partition(".")
+        module, attr = self._imports.get(path, {}).get(head, (None, ""))
+        if module is None:
+            return None
+        name = ".".join(p for p in (attr, rest) if p)
+        if (module, name) in self._classes:
+            return module, name
+        if attr and not rest:  # re-exported by the module it came from
+            return self._base(module, ast.Name(id=attr), depth + 1)
+        return None
+
+    def _mro(self, cls: tuple[str, str], seen: frozenset[tuple[str, str]] = frozenset()) -> list[tuple[str, str]]:
+        if cls in seen:
+            return [cls]
+        bases = [b for b in (self._base(cls[0], e) for e in self._classes[cls][0]) if b is not None]
+        seqs = [self._mro(b, seen | {cls}) for b in bases] + [list(bases)]
+        out = [cls]
+        while any(seqs):
+            for seq in (s for s in seqs if s):
+                head = seq[0]
+                if not any(head in s[1:] for s in seqs):
+                    break
+            else:  # no C3 order: the bases depth first, each once
+                return out + [c for s in seqs for c in s if c not in out]
+            out.append(head)
+            seqs = [s[1:] if s and s[0] == head else s for s in seqs]
+        return out
+
+    def __call__(self, test_id: str) -> tuple[str, str]:
+        base = test_id.split(" ", 1)[0]
+        if base not in self._cache:
+            path, qualified = test_function(base)
+            owner, _, name = qualified.rpartition(".")
+            found = (path, qualified)
+            if owner and (path, owner) in self._classes:
+                for cls in self._mro((path, owner)):
+                    if name in self._classes[cls][1]:
+                        found = (cls[0], f"{cls[1]}.{name}")
+                        break
+            self._cache[base] = found
+        return self._cache[base]
 
 
 _ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[0-7]{1,3}|.)", re.S)

@@ -116,6 +116,84 @@ def test_conftest_fixtures_subtests_and_spaced_ids(tmp_path: Path) -> None:
     assert empty.tests["tests/test_sub.py::T::test_many"] == "failed"  # a failed subtest fails its test
 
 
+MIXIN = """\
+from mathy import add
+
+
+class AddChecks:
+    def test_add(self):
+        assert add(2, 3) == 5
+
+    def test_add_named(self):
+        expected = 7
+        assert add(3, 4) == expected
+"""
+SUITE = """\
+import unittest
+
+import pytest
+
+from mathy import add
+from tests import AddChecks
+
+
+class TestAdd(unittest.TestCase, AddChecks):
+    pass
+
+
+class TestBase:
+    def test_twice(self):
+        assert add(add(1, 1), 2) == 4
+
+
+class TestDerived(TestBase):
+    pass
+
+
+def test_input_and_expected_are_one_name():
+    txt = 'abc'
+    assert add(txt, '') == txt
+
+
+@pytest.mark.parametrize("url", ["https://[::1]:80/?a=b", "plain"])
+def test_early_return(url):
+    if "?" not in url:
+        return
+    assert add(url, "") == url
+    assert add(1, 1) == 2
+"""
+
+
+def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Path) -> None:
+    """Seen on real projects' suites, each once zeroed the gold patch: test methods a class inherits,
+    from a class of the same file (toolz) or a mixin in another file (cachetools' tests/__init__.py);
+    a name that is the input as well as the expected value (python-slugify); an assertion after an
+    early ``return`` (boltons); parametrised ids with brackets and colons."""
+    ids = [
+        "tests/test_suite.py::TestAdd::test_add",
+        "tests/test_suite.py::TestAdd::test_add_named",
+        "tests/test_suite.py::TestBase::test_twice",
+        "tests/test_suite.py::TestDerived::test_twice",
+        "tests/test_suite.py::test_input_and_expected_are_one_name",
+        "tests/test_suite.py::test_early_return[https://[::1]:80/?a=b]",
+        "tests/test_suite.py::test_early_return[plain]",
+    ]
+    task = _project(
+        tmp_path,
+        "inherit",
+        {"mathy/__init__.py": BUGGY, "tests/__init__.py": "", "tests/test_other.py": "def test_other():\n    pass\n"},
+        {"tests/__init__.py": MIXIN, "tests/test_suite.py": SUITE},
+        ("mathy/__init__.py", FIXED),
+        FAIL_TO_PASS=ids[:6],
+        PASS_TO_PASS=ids[6:],
+    )
+    for _ in range(3):  # fresh draws each time: every site may be the perturbed one
+        gold = grade(task, task.patch)
+        assert gold.reward == 1.0, gold.log
+        assert gold.perturbed >= 4 and not gold.tampered
+    assert grade(task, "").reward == 0.0
+
+
 @pytest.mark.parametrize("script", ["grade_bootstrap.py", "grade_supervisor.py"])
 def test_the_scripts_that_run_on_the_tasks_interpreter_parse_as_python_3_6(script: str) -> None:
     """SWE-bench images carry Python 3.6 to 3.9: no walrus, no `X | Y` at run time, no match."""
