@@ -54,13 +54,29 @@ def copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=_IGNORED, copy_function=shutil.copyfile, dirs_exist_ok=True)
 
 
-def _node_id(case: ET.Element) -> str:
+def _node_id(case: ET.Element, root: Path | None = None) -> str:
+    """The node id of a junit test case. ``classname`` is the node id's own path and classes, dotted;
+    ``file`` is where the test *function* is defined, which for a method a class inherits from a mixin
+    in another file (``tests/test_lru.py::LRUCacheTest::test_copy`` running ``tests/__init__.py``'s
+    ``CacheTestMixin.test_copy``) is not the node's file: there the file is the longest dotted prefix of
+    ``classname`` that is a ``.py`` file under ``root``."""
     file = case.get("file") or ""
     classname = case.get("classname") or ""
     name = case.get("name") or ""
     module = file[:-3].replace("/", ".") if file.endswith(".py") else ""
-    if module and classname.startswith(module):
+    dotted = classname.split(".")
+    node_file = next(
+        (
+            k
+            for k in range(len(dotted), 0, -1)
+            if root is not None and (root / ("/".join(dotted[:k]) + ".py")).is_file()
+        ),
+        None,
+    )
+    if module and (classname == module or classname.startswith(module + ".")):
         inner = classname[len(module) :].strip(".")
+    elif node_file is not None:
+        file, inner = "/".join(dotted[:node_file]) + ".py", ".".join(dotted[node_file:])
     else:
         module_path = classname.replace(".", "/")
         file = file or module_path + ".py"
@@ -72,13 +88,13 @@ def _node_id(case: ET.Element) -> str:
 def parse_junit(xml_text: str, scrub: str = "") -> SuiteResult:
     """Per-test results from a pytest junit XML report (``-o junit_family=xunit1`` gives file names).
 
-    ``scrub`` (a directory path) and memory addresses are removed from messages so that the same
-    failure reads the same on every run.
+    ``scrub`` (the repo's directory: node ids are relative to it) and memory addresses are removed
+    from messages so that the same failure reads the same on every run.
     """
     result = SuiteResult()
     root = ET.fromstring(xml_text)
     for case in root.iter("testcase"):
-        node = _node_id(case)
+        node = _node_id(case, Path(scrub) if scrub else None)
         status, message = "passed", ""
         for child in case:
             if child.tag in ("failure", "error"):

@@ -95,3 +95,19 @@ def test_a_failed_install_is_a_task_error_with_pips_words(real_cache: Path) -> N
     with pytest.raises(TaskError, match=r"(?s)environment build: pip install .*(No matching distribution|not find)"):
         build_environment(TaskEnvironment(requirements=["lego-no-such-distribution-anywhere==0.0.1"]))
     assert not [p for p in (real_cache / "envs").iterdir() if p.is_dir() and p.name.startswith(".")]
+
+
+def test_a_method_inherited_from_a_mixin_in_another_file_keeps_its_node_id(tmp_path: Path) -> None:
+    """junit's ``file`` is where a test *function* is defined: for cachetools' mixin in tests/__init__.py
+    it named every LRUCacheTest test ``tests/__init__.py::test_x``, an id pytest cannot select."""
+    from lego.tasks.testrun import run_pytest
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("class Checks:\n    def test_one(self):\n        assert True\n")
+    (tmp_path / "tests" / "test_lru.py").write_text(
+        "import unittest\n\nfrom tests import Checks\n\n\nclass LRUTest(unittest.TestCase, Checks):\n    pass\n"
+    )
+    result = run_pytest(tmp_path, timeout=120)
+    assert result.statuses == {"tests/test_lru.py::LRUTest::test_one": "passed"}, result.output
+    again = run_pytest(tmp_path, list(result.statuses), timeout=120)  # and pytest selects it by that id
+    assert again.statuses == result.statuses
