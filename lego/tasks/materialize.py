@@ -64,8 +64,13 @@ def head_commit(repo: Path) -> str:
     return _git(repo, "rev-parse", "HEAD").strip()
 
 
-def materialize_repo(source_dir: Path, patch: str, test_patch: str, dest: Path) -> str:
-    """Build the buggy one-commit repo in ``dest`` (which must not exist); return its commit id."""
+def materialize_repo(source_dir: Path, patch: str, test_patch: str, dest: Path, *, every_file: bool = False) -> str:
+    """Build the buggy one-commit repo in ``dest`` (which must not exist); return its commit id.
+
+    ``every_file``: commit files the tree's own ``.gitignore`` names too. A real project's source
+    distribution holds files its repository ignores because a build writes them (isodate's
+    ``src/isodate/version.py``, written by setuptools-scm, which its ``__init__`` imports): the sdist
+    is the project as it runs, so all of it is the task's repo."""
     if not source_dir.is_dir():
         raise TaskError(f"library source {source_dir} does not exist; reinstall lego or rebuild the task suite")
     dest.mkdir(parents=True)
@@ -75,7 +80,7 @@ def materialize_repo(source_dir: Path, patch: str, test_patch: str, dest: Path) 
         _git(dest, "apply", "-R", "--whitespace=nowarn", "-", stdin=patch)
     for hidden in patch_files(test_patch):
         (dest / hidden).unlink(missing_ok=True)
-    _git(dest, "add", "-A")
+    _git(dest, "add", "-A", *(["-f"] if every_file else []))
     _git(dest, "commit", "-q", "--no-verify", "-m", COMMIT_MESSAGE)
     for leftover in ("logs", "hooks", "description", "COMMIT_EDITMSG"):
         path = dest / ".git" / leftover
@@ -87,7 +92,9 @@ def materialize_repo(source_dir: Path, patch: str, test_patch: str, dest: Path) 
     return head_commit(dest)
 
 
-def cached_repo(instance_id: str, source_dir: Path, patch: str, test_patch: str, base_commit: str = "") -> Path:
+def cached_repo(
+    instance_id: str, source_dir: Path, patch: str, test_patch: str, base_commit: str = "", *, every_file: bool = False
+) -> Path:
     """The materialised repo for an instance, built on first use and reused while its commit matches."""
     root = cache_dir() / "tasks"
     final = root / instance_id
@@ -101,7 +108,7 @@ def cached_repo(instance_id: str, source_dir: Path, patch: str, test_patch: str,
     root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{instance_id}.", dir=root))
     try:
-        commit = materialize_repo(source_dir, patch, test_patch, scratch / "repo")
+        commit = materialize_repo(source_dir, patch, test_patch, scratch / "repo", every_file=every_file)
         if base_commit and commit != base_commit:
             raise TaskError(
                 f"task {instance_id}: materialised commit {commit} differs from the recorded base_commit "

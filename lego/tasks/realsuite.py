@@ -80,7 +80,7 @@ def materialize_real(task: Task) -> Task:
     test_patch = task.test_patch or "".join(
         new_file_diff(f, (root / f).read_bytes().decode("utf-8", errors="replace")) for f in hidden
     )
-    repo = cached_repo(task.instance_id, root, patch, test_patch, task.base_commit)
+    repo = cached_repo(task.instance_id, root, patch, test_patch, task.base_commit, every_file=True)
     environment = build_environment(task.environment) if task.environment else None
     return task.model_copy(update={"repo_path": str(repo), "test_patch": test_patch, "environment": environment})
 

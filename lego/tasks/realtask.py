@@ -107,7 +107,7 @@ def task_record(
     )
     with tempfile.TemporaryDirectory(prefix="lego-base-") as tmp:
         repo = Path(tmp) / "repo"
-        task.base_commit = materialize_repo(project.root, patch, test_patch, repo)
+        task.base_commit = materialize_repo(project.root, patch, test_patch, repo, every_file=True)
         for diff in (patch, test_patch):
             applied = subprocess.run(
                 ["git", "apply", "-"], cwd=repo, input=diff, text=True, env=git_env(), capture_output=True, check=False
