@@ -3,18 +3,28 @@ trainer and eval. Every record is a pydantic model and round-trips through JSON 
 
 Token-level records keep parallel lists (``response_ids[i]`` goes with ``response_mask[i]``,
 ``response_logprobs[i]`` and ``response_versions[i]``); validators check the lengths agree.
+
+"No logprob" (a token the policy did not sample: a tool result, a template token, padding) has one
+encoding per kind of container: ``None`` in every Python list (a :class:`Segment`, a trainer's
+``rollout_logprobs`` override), :data:`NO_LOGPROB` (NaN) inside a numeric array (the recorder's open
+segment, the trainer's padded batch), where the mask says which entries are real. It is never a
+number: 0.0 reads as log p = 0, i.e. p = 1, and a NaN a reader forgot to mask poisons the result
+instead of passing for one. :func:`logprobs_to_array` and :func:`logprobs_from_array` convert.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "INFRA_LABELS",
+    "NO_LOGPROB",
     "CounterName",
     "DiscardedGeneration",
     "Endpoint",
@@ -37,6 +47,8 @@ __all__ = [
     "TaskEnvironment",
     "TerminationLabel",
     "Trajectory",
+    "logprobs_from_array",
+    "logprobs_to_array",
 ]
 
 TerminationLabel = Literal["completed", "overlong", "max_turns", "timeout", "harness_error", "env_error"]
@@ -47,6 +59,20 @@ INFRA_LABELS: frozenset[str] = frozenset({"env_error", "harness_error"})
 FailureCause = Literal["policy", "infrastructure"]
 
 FinishReason = Literal["stop", "length", "abort"]
+
+NO_LOGPROB = float("nan")
+""""No logprob" inside a numeric array (see the module docstring); in a Python list it is ``None``."""
+
+
+def logprobs_to_array(values: Iterable[float | None]) -> list[float]:
+    """A list's logprobs as an array's: ``None`` becomes :data:`NO_LOGPROB`."""
+    return [NO_LOGPROB if v is None else v for v in values]
+
+
+def logprobs_from_array(values: Iterable[float]) -> list[float | None]:
+    """An array's logprobs as a list's: :data:`NO_LOGPROB` (any NaN) becomes ``None``."""
+    return [None if math.isnan(v) else v for v in values]
+
 
 CounterName = Literal[
     # the recorder's (lego.proxies.recorder.SessionRecorder.counters)
@@ -238,6 +264,8 @@ class Segment(BaseModel):
                 raise ValueError(f"response_mask[{i}]={m}; must be 0 or 1")
             if m == 1 and lp is None:
                 raise ValueError(f"response token {i} is marked sampled but has no logprob")
+            if lp is not None and math.isnan(lp):
+                raise ValueError(f"response_logprobs[{i}] is NaN; in a segment 'no logprob' is None")
         for start, end in self.constrained_spans:
             if not 0 <= start < end <= n or any(self.response_mask[start:end]):
                 raise ValueError(f"constrained span [{start}, {end}) must lie in the response and have mask 0")

@@ -14,8 +14,9 @@ call, not a silently ignored keyword:
     ref_logp       (B, T)  optional: the reference policy's logprobs, for the KL term
 
 "No logprob" is ``None`` for the whole tensor; inside a tensor, only positions with ``mask == 1``
-are read (a recorded segment always has a logprob at a sampled token; the filler elsewhere is
-never a value the loss uses).
+are read (a recorded segment always has a logprob at a sampled token). Elsewhere the trainer's
+batch holds NaN (:data:`lego.types.NO_LOGPROB`), filled in before any arithmetic, so it never
+reaches the loss, and a read that forgot the mask shows as NaN, not as log p = 0.
 
 How the per-token losses are averaged is a separate setting (``algorithm.aggregation``), applied
 through per-token weights (:func:`token_weights`). The trainer computes those weights once over the

@@ -14,7 +14,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from lego.algos.advantages import group_advantages
-from lego.types import Segment, Trajectory
+from lego.types import NO_LOGPROB, Segment, Trajectory, logprobs_to_array
 
 __all__ = [
     "PaddedBatch",
@@ -94,8 +94,9 @@ class PaddedBatch:
     whose logits predict response token j of row b (prompt length − 1 + j): the next-token shift.
 
     ``rollout_logp`` holds the engine's logprob where ``mask`` is 1 — a :class:`Segment` has one at
-    every sampled token — and 0.0 elsewhere; ``mask`` says which entries are real, so readers (the
-    loss, the fidelity metrics) look only under it and the filler is never taken for a logprob.
+    every sampled token — and at constrained tokens, and :data:`~lego.types.NO_LOGPROB` (NaN) where
+    the segment has none and in the padding; readers (the loss, the fidelity metrics) look only
+    under ``mask``, and one that did not would get NaN, not a plausible 0.0 (log p = 0).
     """
 
     def __init__(self, items: Sequence[TrainItem], device: torch.device, pad_id: int = 0) -> None:
@@ -109,7 +110,7 @@ class PaddedBatch:
         self.input_ids = torch.full((b, length), pad_id, dtype=torch.long)  # (B, L)
         self.attention_mask = torch.zeros(b, length, dtype=torch.long)  # (B, L)
         self.mask = torch.zeros(b, r, dtype=torch.long)  # (B, R) sampled tokens
-        self.rollout_logp = torch.zeros(b, r, dtype=torch.float32)  # (B, R) real where mask == 1
+        self.rollout_logp = torch.full((b, r), NO_LOGPROB, dtype=torch.float32)  # (B, R) real where mask == 1
         self.resp_ids = torch.zeros(b, r, dtype=torch.long)  # (B, R)
         self.gather_pos = torch.zeros(b, r, dtype=torch.long)  # (B, R) logits position predicting each token
         for i, s in enumerate(segs):
@@ -120,7 +121,7 @@ class PaddedBatch:
             if n:
                 self.resp_ids[i, :n] = torch.tensor(s.response_ids)
                 self.mask[i, :n] = torch.tensor(s.response_mask)
-                self.rollout_logp[i, :n] = torch.tensor([0.0 if lp is None else lp for lp in s.response_logprobs])
+                self.rollout_logp[i, :n] = torch.tensor(logprobs_to_array(s.response_logprobs))
                 self.gather_pos[i, :n] = torch.arange(n) + len(s.prompt_ids) - 1
         for name in ("input_ids", "attention_mask", "mask", "rollout_logp", "resp_ids", "gather_pos"):
             setattr(self, name, getattr(self, name).to(device))

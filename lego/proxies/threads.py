@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from lego.types import MainThreadSpec, Segment
+from lego.types import NO_LOGPROB, MainThreadSpec, Segment, logprobs_from_array
 
 __all__ = ["OpenSegment", "Thread", "Turn", "first_user", "standing", "system_text", "thread_key", "tool_arguments"]
 
 Message = dict[str, Any]
-_NAN = float("nan")
 
 
 def _system_content(messages: list[Message]) -> Any:
@@ -104,8 +102,8 @@ class OpenSegment:
     """The open segment of a thread as flat parallel arrays (``prompt_len``: where sampling began).
 
     ``ids`` is a list (prompts are built from it by a pointer copy); mask, logprobs and versions
-    are compact arrays the garbage collector never walks. ``None`` logprobs / versions of context
-    tokens are stored as NaN / -1.
+    are compact arrays the garbage collector never walks. Context tokens have no logprob
+    (:data:`~lego.types.NO_LOGPROB`, NaN, in the array; ``None`` in the exported segment) and version -1.
     """
 
     ids: list[int] = field(default_factory=list)
@@ -127,7 +125,7 @@ class OpenSegment:
         n = len(ids)
         self.ids.extend(ids)
         self.mask.extend(bytes(n))
-        self.logprobs.extend(array("d", [_NAN]) * n)
+        self.logprobs.extend(array("d", [NO_LOGPROB]) * n)
         self.versions.extend(array("q", [-1]) * n)
 
     def extend_sampled(self, ids: list[int], logprobs: list[float], version: int) -> None:
@@ -163,7 +161,7 @@ class OpenSegment:
             prompt_ids=self.ids[:p],
             response_ids=self.ids[p:],
             response_mask=list(self.mask[p:]),
-            response_logprobs=[None if math.isnan(x) else x for x in self.logprobs[p:]],
+            response_logprobs=logprobs_from_array(self.logprobs[p:]),
             response_versions=[None if v < 0 else v for v in self.versions[p:]],
             constrained_spans=[(s - p, e - p) for s, e in self.constrained if s >= p],
         )

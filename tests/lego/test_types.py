@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from pydantic import ValidationError
 
-from lego.types import CounterName, Generation, Segment, Task, Trajectory
+from lego.types import (
+    NO_LOGPROB,
+    CounterName,
+    Generation,
+    Segment,
+    Task,
+    Trajectory,
+    logprobs_from_array,
+    logprobs_to_array,
+)
 
 
 def test_task_accepts_swebench_json_encoded_test_lists() -> None:
@@ -89,3 +100,13 @@ def test_every_counter_the_recorder_keeps_is_a_counter_name(chat_format) -> None
     from lego.proxies.recorder import SessionRecorder
 
     assert set(SessionRecorder(chat_format).summary_counters()) <= set(get_args(CounterName))
+
+
+def test_no_logprob_is_none_in_a_list_and_nan_in_an_array_never_a_number() -> None:
+    listed = [-0.5, None, -1.25]
+    arrayed = logprobs_to_array(listed)
+    assert arrayed[0] == -0.5 and math.isnan(arrayed[1]) and arrayed[2] == -1.25
+    assert logprobs_from_array(arrayed) == listed
+    with pytest.raises(ValidationError, match=r"response_logprobs\[1\] is NaN"):
+        Segment(prompt_ids=[1], response_ids=[2, 3], response_mask=[1, 0], response_logprobs=[-0.1, NO_LOGPROB],
+                response_versions=[0, None])  # fmt: skip

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -209,3 +211,16 @@ def test_warmup_ramps_the_learning_rate_linearly(model_dir, items, make_config):
     assert seen == pytest.approx([2.5e-4, 5e-4])  # the metric is the lr the update used
     cfg.training.warmup_steps = 0
     assert Trainer(model_dir, cfg).lr_at(0) == 1e-3
+
+
+def test_no_logprob_is_none_on_a_segment_and_nan_in_the_batch_never_zero(items):
+    """One encoding per container: ``None`` in the segment's list, NaN in the padded batch (tool and
+    template tokens, padding), the recorded value at sampled and constrained tokens."""
+    mb = PaddedBatch(items, torch.device("cpu"))
+    for row, it in enumerate(items):
+        seg = it.segment
+        for j, lp in enumerate(seg.response_logprobs):
+            got = mb.rollout_logp[row, j].item()
+            assert math.isnan(got) if lp is None else got == pytest.approx(lp, abs=1e-6)
+        assert torch.isnan(mb.rollout_logp[row, len(seg.response_ids) :]).all()  # padding
+    assert any(lp is None for it in items for lp in it.segment.response_logprobs)  # there are some
