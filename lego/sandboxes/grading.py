@@ -278,7 +278,7 @@ def _round(
                 shared["kept"], shared["excluded"] = filter_diff(diff, tracked, protected=patch_paths(task.test_patch))
                 plans = [FilePlan(p, t, find_sites(t, p)) for p, t in _test_files(task, sb, tracked, names).items()]
                 defs = Definitions(plans)
-                plan_perturbations(plans, {defs(n) for n in names}, RUNS)
+                plan_perturbations(plans, {f for f in map(defs, names) if not defs.shared(f)}, RUNS)
                 shared["plans"] = plans
             finally:
                 ready.set()

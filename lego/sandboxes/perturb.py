@@ -321,7 +321,11 @@ def find_sites(text: str, path: str) -> list[Site]:
 
     def visit(body: list[ast.stmt], prefix: str) -> None:
         for node in body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            if (
+                isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                and node.name.startswith("test")
+                and not any(ast.unparse(d).split("(", 1)[0].endswith("fixture") for d in node.decorator_list)
+            ):
                 binds = _table(node, constants)
                 found: list[Site] = []
                 for stmt in _top_statements(node.body)[0]:
@@ -338,10 +342,8 @@ def find_sites(text: str, path: str) -> list[Site]:
 def test_function(test_id: str) -> tuple[str, str]:
     """``(file, qualified function)`` as a pytest node id spells it: ``a/t.py::C::test_x[p 1]`` ->
     ``(a/t.py, C.test_x)``. The id's class may inherit the function: :class:`Definitions` finds it."""
-    path, _, rest = test_id.partition("::")
-    parts = rest.split("::")
-    parts[-1] = parts[-1].split("[", 1)[0]
-    return path, ".".join(parts)
+    path, _, rest = test_id.split("[", 1)[0].partition("::")  # parameters may hold "::" ("[https://[::1]]")
+    return path, ".".join(rest.split("::"))
 
 
 class Definitions:
@@ -361,12 +363,18 @@ class Definitions:
         self._classes: dict[tuple[str, str], tuple[list[ast.expr], set[str]]] = {}
         self._imports: dict[str, dict[str, tuple[str | None, str]]] = {}  # local name -> (module file, attr)
         self._cache: dict[str, tuple[str, str]] = {}
+        self._referenced: set[str] = set()
         for plan in plans:
             try:
                 tree = ast.parse(plan.text)
             except (SyntaxError, ValueError):
                 continue
             self._index(plan.path, tree.body, "")
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name):
+                    self._referenced.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    self._referenced.add(node.attr)
             imports = self._imports.setdefault(plan.path, {})
             for node in tree.body:
                 if isinstance(node, ast.ImportFrom):
@@ -440,6 +448,12 @@ class Definitions:
             out.append(head)
             seqs = [s[1:] if s and s[0] == head else s for s in seqs]
         return out
+
+    def shared(self, function: tuple[str, str]) -> bool:
+        """Whether code of the files names the test function (``test_partial`` calling
+        ``test_valid(check=...)``, ``self.test_x()``, an alias): then other tests run it too, and a
+        change to it would fail them in a run that does not perturb them, so it is not perturbed."""
+        return function[1].rsplit(".", 1)[-1] in self._referenced
 
     def __call__(self, test_id: str) -> tuple[str, str]:
         base = test_id.split(" ", 1)[0]

@@ -161,6 +161,23 @@ def test_early_return(url):
         return
     assert add(url, "") == url
     assert add(1, 1) == 2
+
+
+@pytest.fixture(params=["http://[::1]:8/", "x"])
+def test_url(request):
+    return request.param
+
+
+def test_fixture_ids(test_url):
+    assert add(test_url, "")
+
+
+def test_valid(check=add, offset=0):
+    assert check(2, 2) == 4 + offset
+
+
+def test_valid_shifted():
+    test_valid(check=lambda a, b: add(a, b) + 1, offset=1)
 """
 
 
@@ -168,7 +185,8 @@ def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Pat
     """Seen on real projects' suites, each once zeroed the gold patch: test methods a class inherits,
     from a class of the same file (toolz) or a mixin in another file (cachetools' tests/__init__.py);
     a name that is the input as well as the expected value (python-slugify); an assertion after an
-    early ``return`` (boltons); parametrised ids with brackets and colons."""
+    early ``return`` (boltons); parametrised ids with brackets and colons, from a table or a fixture's
+    params (boltons); a test that calls another test function with other arguments (toolz)."""
     ids = [
         "tests/test_suite.py::TestAdd::test_add",
         "tests/test_suite.py::TestAdd::test_add_named",
@@ -177,6 +195,10 @@ def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Pat
         "tests/test_suite.py::test_input_and_expected_are_one_name",
         "tests/test_suite.py::test_early_return[https://[::1]:80/?a=b]",
         "tests/test_suite.py::test_early_return[plain]",
+        "tests/test_suite.py::test_fixture_ids[http://[::1]:8/]",
+        "tests/test_suite.py::test_fixture_ids[x]",
+        "tests/test_suite.py::test_valid",
+        "tests/test_suite.py::test_valid_shifted",
     ]
     task = _project(
         tmp_path,
@@ -184,8 +206,8 @@ def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Pat
         {"mathy/__init__.py": BUGGY, "tests/__init__.py": "", "tests/test_other.py": "def test_other():\n    pass\n"},
         {"tests/__init__.py": MIXIN, "tests/test_suite.py": SUITE},
         ("mathy/__init__.py", FIXED),
-        FAIL_TO_PASS=ids[:6],
-        PASS_TO_PASS=ids[6:],
+        FAIL_TO_PASS=ids[:6] + ids[7:],
+        PASS_TO_PASS=ids[6:7],
     )
     for _ in range(3):  # fresh draws each time: every site may be the perturbed one
         gold = grade(task, task.patch)
