@@ -37,6 +37,9 @@ nothing is recorded.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -52,68 +55,75 @@ from lego.proxies.routing import Face, FaceRouting, error_response
 from lego.proxies.service import ChatResult, ProxyService
 from lego.types import SessionSpec
 
-__all__ = ["Face", "build_app"]
+__all__ = ["CONTROL_ROUTES", "MODEL_ROUTES", "Face", "RouteSpec", "build_app"]
 
 
-def build_app(service: ProxyService, face: Face = "control") -> Starlette:
-    """The ASGI app serving ``service``'s ``face`` (see the module docstring)."""
-    cfg = service.config
-    routing = FaceRouting(service, face)
-    # The Responses API's previous_response_id conversations: one store per app (per face).
-    stored = ResponseStore()
-    # The shared plumbing (lego.proxies.routing), bound under the names the routes below use.
-    read_json, parse, guarded, endpoint = routing.read_json, routing.parse, routing.guarded, routing.endpoint
-    session_of, model_name, respond, streamed = (
-        routing.session_of,
-        routing.model_name,
-        routing.respond,
-        routing.streamed,
-    )
+def _model_entry(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "lego", "type": "model", "display_name": name}
 
-    def named_session(request: Request) -> str:
-        return str(request.path_params["session"])
 
-    async def chat(request: Request) -> Response:
-        req = parse(openai_chat.ChatCompletionRequest, await read_json(request))
-        creq = openai_chat.to_chat_request(req, service.chat)
-        name = model_name(req.model)
+def _named_session(request: Request) -> str:
+    return str(request.path_params["session"])
+
+
+class FaceHandlers:
+    """The handlers of one face's routes. Holds the service, the face's plumbing and its Responses
+    store (``previous_response_id`` conversations, one per face); everything of a request stays in
+    the request."""
+
+    def __init__(self, service: ProxyService, face: Face) -> None:
+        self.service, self.face = service, face
+        self.routing = FaceRouting(service, face)
+        self.stored = ResponseStore()
+
+    def _model_face_session(self, request: Request) -> None:
+        """On the model face a route that generates nothing still needs an open session's key."""
+        if self.face == "model":
+            self.routing.session_of(request)
+
+    async def chat(self, request: Request) -> Response:
+        r = self.routing
+        req = r.parse(openai_chat.ChatCompletionRequest, await r.read_json(request))
+        creq = openai_chat.to_chat_request(req, self.service.chat)
+        name = r.model_name(req.model)
         if creq.stream:
             usage = bool((req.stream_options or {}).get("include_usage"))
-            return await streamed(
-                request, session_of(request), creq, "chat", lambda live: openai_chat.chat_stream(live, name, usage)
+            return await r.streamed(
+                request, r.session_of(request), creq, "chat", lambda live: openai_chat.chat_stream(live, name, usage)
             )
-        res = await guarded(request, service.complete(session_of(request), creq, "chat"))
-        return respond(res, openai_chat.chat_response(res, name))
+        res = await r.guarded(request, self.service.complete(r.session_of(request), creq, "chat"))
+        return r.respond(res, openai_chat.chat_response(res, name))
 
-    async def messages(request: Request) -> Response:
-        req = parse(anthropic_messages.MessagesRequest, await read_json(request))
+    async def messages(self, request: Request) -> Response:
+        r = self.routing
+        req = r.parse(anthropic_messages.MessagesRequest, await r.read_json(request))
         creq = anthropic_messages.to_chat_request(req)
-        name = model_name(req.model)
+        name = r.model_name(req.model)
         if creq.stream:
-            return await streamed(
+            return await r.streamed(
                 request,
-                session_of(request),
+                r.session_of(request),
                 creq,
                 "messages",
                 lambda live: anthropic_messages.messages_stream(live, name),
             )
-        res = await guarded(request, service.complete(session_of(request), creq, "messages"))
-        return respond(res, anthropic_messages.messages_response(res, name))
+        res = await r.guarded(request, self.service.complete(r.session_of(request), creq, "messages"))
+        return r.respond(res, anthropic_messages.messages_response(res, name))
 
-    async def count_tokens(request: Request) -> Response:
-        if face == "model":
-            session_of(request)  # a model-face route like any other: only an open session's key
-        data = await read_json(request)
+    async def count_tokens(self, request: Request) -> Response:
+        self._model_face_session(request)
+        data = await self.routing.read_json(request)
         data.setdefault("max_tokens", 1)
-        creq = anthropic_messages.to_chat_request(parse(anthropic_messages.MessagesRequest, data))
-        return JSONResponse({"input_tokens": service.count_tokens(creq)})
+        creq = anthropic_messages.to_chat_request(self.routing.parse(anthropic_messages.MessagesRequest, data))
+        return JSONResponse({"input_tokens": self.service.count_tokens(creq)})
 
-    async def responses(request: Request) -> Response:
-        req = parse(openai_responses.ResponsesRequest, await read_json(request))
-        session = session_of(request)
+    async def responses(self, request: Request) -> Response:
+        r = self.routing
+        req = r.parse(openai_responses.ResponsesRequest, await r.read_json(request))
+        session = r.session_of(request)
         history = None
         if req.previous_response_id is not None:
-            history = stored.get(session.id, req.previous_response_id)
+            history = self.stored.get(session.id, req.previous_response_id)
             if history is None:
                 raise ApiError(
                     400,
@@ -121,11 +131,11 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
                     param="previous_response_id",
                 )
         creq = openai_responses.to_chat_request(req, history)
-        name = model_name(req.model)
+        name = r.model_name(req.model)
 
         def finished(res: ChatResult, response_id: str | None = None) -> dict[str, Any]:
             body = openai_responses.responses_response(res, req, name, response_id)
-            stored.put(session.id, body["id"], [m for m in creq.messages if m["role"] != "system"] + [res.message])
+            self.stored.put(session.id, body["id"], [m for m in creq.messages if m["role"] != "system"] + [res.message])
             return body
 
         if creq.stream:
@@ -134,14 +144,15 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
             def build(res: ChatResult) -> dict[str, Any]:
                 return {**finished(res, start["id"]), "created_at": start["created_at"]}
 
-            return await streamed(
+            return await r.streamed(
                 request, session, creq, "responses", lambda live: openai_responses.responses_stream(live, build, start)
             )
-        res = await guarded(request, service.complete(session, creq, "responses"))
-        return respond(res, finished(res))
+        res = await r.guarded(request, self.service.complete(session, creq, "responses"))
+        return r.respond(res, finished(res))
 
-    async def generate(request: Request) -> Response:
+    async def generate(self, request: Request) -> Response:
         """``POST /{v1,v1beta}/models/{model}:{generateContent,streamGenerateContent,countTokens}``."""
+        r = self.routing
         name, _, method = str(request.path_params["target"]).rpartition(":")
         if method not in ("generateContent", "streamGenerateContent", "countTokens") or not name:
             raise ApiError(
@@ -149,99 +160,56 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
                 f"no Gemini method {request.url.path!r}; use generateContent, streamGenerateContent or countTokens",
                 "not_found",
             )
-        req = parse(gemini.GenerateContentRequest, await read_json(request))
+        req = r.parse(gemini.GenerateContentRequest, await r.read_json(request))
         stream = method == "streamGenerateContent"
         if stream and request.query_params.get("alt") != "sse":
             raise ApiError(400, "streamGenerateContent is served as server-sent events only; add ?alt=sse", param="alt")
         creq = gemini.to_chat_request(req, name, stream)
-        session = session_of(request)
+        session = r.session_of(request)
         if method == "countTokens":
-            return JSONResponse({"totalTokens": service.count_tokens(creq)})
+            return JSONResponse({"totalTokens": self.service.count_tokens(creq)})
         thoughts = gemini.include_thoughts(req)
         if stream:
-            return await streamed(
+            return await r.streamed(
                 request, session, creq, "gemini", lambda live: gemini.generate_stream(live, name, thoughts)
             )
-        res = await guarded(request, service.complete(session, creq, "gemini"))
-        return respond(res, gemini.generate_response(res, name, thoughts))
+        res = await r.guarded(request, self.service.complete(session, creq, "gemini"))
+        return r.respond(res, gemini.generate_response(res, name, thoughts))
 
-    async def models(request: Request) -> Response:
-        if face == "model":
-            session_of(request)
-        name = cfg.served_model_name
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": name,
-                        "object": "model",
-                        "created": 0,
-                        "owned_by": "lego",
-                        "type": "model",
-                        "display_name": name,
-                    }
-                ],
-            }
-        )
+    async def models(self, request: Request) -> Response:
+        self._model_face_session(request)
+        return JSONResponse({"object": "list", "data": [_model_entry(self.service.config.served_model_name)]})
 
-    async def model_card(request: Request) -> Response:
-        if face == "model":
-            session_of(request)
-        name = str(request.path_params["model_id"])  # any name is served by the policy
-        return JSONResponse(
-            {"id": name, "object": "model", "created": 0, "owned_by": "lego", "type": "model", "display_name": name}
-        )
+    async def model_card(self, request: Request) -> Response:
+        self._model_face_session(request)
+        return JSONResponse(_model_entry(str(request.path_params["model_id"])))  # any name is served by the policy
 
-    async def healthz(request: Request) -> Response:
+    async def healthz(self, request: Request) -> Response:
+        service = self.service
         return JSONResponse(
             {"status": "ok", "sessions": len(service.sessions), "policy_version": service.engine.policy_version}
         )
 
-    async def trajectory(request: Request) -> Response:
-        s = service.session(named_session(request), create=False)
-        return JSONResponse(service.trajectory(s.id).model_dump(mode="json"))
+    async def trajectory(self, request: Request) -> Response:
+        s = self.service.session(_named_session(request), create=False)
+        return JSONResponse(self.service.trajectory(s.id).model_dump(mode="json"))
 
-    async def open_session(request: Request) -> Response:
-        sid = named_session(request)
-        opts = parse(SessionSpec, await read_json(request))
+    async def open_session(self, request: Request) -> Response:
+        sid = _named_session(request)
+        opts = self.routing.parse(SessionSpec, await self.routing.read_json(request))
         try:
-            s = service.open_session(sid, opts)
+            s = self.service.open_session(sid, opts)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from exc
         return JSONResponse({"session_id": s.id, "token": s.token})
 
-    async def delete_session(request: Request) -> Response:
-        sid = named_session(request)
-        if not service.close_session(sid):
+    async def delete_session(self, request: Request) -> Response:
+        sid = _named_session(request)
+        if not self.service.close_session(sid):
             raise ApiError(404, f"unknown session {sid!r}", "not_found")
         return JSONResponse({"deleted": sid})
 
-    routes: list[Route] = []
-    if face == "control":
-        routes.append(Route("/healthz", endpoint("chat", healthz), methods=["GET"]))
-    for prefix in ("", "/s/{session}"):
-        routes += [
-            Route(f"{prefix}/v1/chat/completions", endpoint("chat", chat), methods=["POST"]),
-            Route(f"{prefix}/v1/messages", endpoint("messages", messages), methods=["POST"]),
-            Route(f"{prefix}/v1/messages/count_tokens", endpoint("messages", count_tokens), methods=["POST"]),
-            Route(f"{prefix}/v1/responses", endpoint("responses", responses), methods=["POST"]),
-            Route(f"{prefix}/v1/models", endpoint("chat", models), methods=["GET"]),
-            Route(f"{prefix}/v1/models/{{model_id:path}}", endpoint("chat", model_card), methods=["GET"]),
-        ]
-        # Gemini: POST on the model's path (the GET above stays the model card); both API versions.
-        routes += [
-            Route(f"{prefix}/{version}/models/{{target:path}}", endpoint("gemini", generate), methods=["POST"])
-            for version in ("v1", "v1beta")
-        ]
-    if face == "control":
-        routes += [
-            Route("/s/{session}/trajectory", endpoint("chat", trajectory), methods=["GET"]),
-            Route("/s/{session}", endpoint("chat", open_session), methods=["POST"]),
-            Route("/s/{session}", endpoint("chat", delete_session), methods=["DELETE"]),
-        ]
-
-    async def http_error(request: Request, exc: Exception) -> Response:
+    async def http_error(self, request: Request, exc: Exception) -> Response:
         """Unknown routes (404) and wrong methods (405) in the calling API's error shape, never text."""
         assert isinstance(exc, HTTPException)
         path = request.url.path
@@ -250,7 +218,60 @@ def build_app(service: ProxyService, face: Face = "control") -> Starlette:
             allowed = (exc.headers or {}).get("Allow", "")
             err = ApiError(405, f"method {request.method} is not allowed on {request.url.path}; use {allowed}")
             return JSONResponse(error_body(api, err), status_code=405, headers={**err.headers(), "allow": allowed})
-        err = ApiError(exc.status_code, f"no route {request.method} {request.url.path} on the {face} face", "not_found")
+        err = ApiError(
+            exc.status_code, f"no route {request.method} {request.url.path} on the {self.face} face", "not_found"
+        )
         return error_response(api, err)
 
-    return Starlette(routes=routes, exception_handlers={404: http_error, 405: http_error})
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """One row of the route table: a path, its method, the handler and the API whose error shape a failure gets."""
+
+    path: str
+    method: str
+    handler: Callable[[FaceHandlers, Request], Awaitable[Response]]
+    api: Api
+
+
+MODEL_ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("/v1/chat/completions", "POST", FaceHandlers.chat, "chat"),
+    RouteSpec("/v1/messages", "POST", FaceHandlers.messages, "messages"),
+    RouteSpec("/v1/messages/count_tokens", "POST", FaceHandlers.count_tokens, "messages"),
+    RouteSpec("/v1/responses", "POST", FaceHandlers.responses, "responses"),
+    RouteSpec("/v1/models", "GET", FaceHandlers.models, "chat"),
+    RouteSpec("/v1/models/{model_id:path}", "GET", FaceHandlers.model_card, "chat"),
+    # Gemini: POST on the model's path (the GET above stays the model card); both API versions.
+    RouteSpec("/v1/models/{target:path}", "POST", FaceHandlers.generate, "gemini"),
+    RouteSpec("/v1beta/models/{target:path}", "POST", FaceHandlers.generate, "gemini"),
+)
+"""Both faces serve these, bare and under ``/s/{session}``."""
+
+CONTROL_ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("/s/{session}/trajectory", "GET", FaceHandlers.trajectory, "chat"),
+    RouteSpec("/s/{session}", "POST", FaceHandlers.open_session, "chat"),
+    RouteSpec("/s/{session}", "DELETE", FaceHandlers.delete_session, "chat"),
+)
+"""The control face's own routes (after the model routes; ``GET /healthz`` comes first)."""
+
+_HEALTHZ = RouteSpec("/healthz", "GET", FaceHandlers.healthz, "chat")
+
+
+def build_app(service: ProxyService, face: Face = "control") -> Starlette:
+    """The ASGI app serving ``service``'s ``face`` (see the module docstring): the route table's rows
+    bound to one :class:`FaceHandlers`, in order (starlette takes the first route that matches)."""
+    handlers = FaceHandlers(service, face)
+    specs = [
+        *([_HEALTHZ] if face == "control" else []),
+        *(
+            RouteSpec(prefix + spec.path, spec.method, spec.handler, spec.api)
+            for prefix in ("", "/s/{session}")
+            for spec in MODEL_ROUTES
+        ),
+        *(CONTROL_ROUTES if face == "control" else ()),
+    ]
+    routes = [
+        Route(spec.path, handlers.routing.endpoint(spec.api, partial(spec.handler, handlers)), methods=[spec.method])
+        for spec in specs
+    ]
+    return Starlette(routes=routes, exception_handlers={404: handlers.http_error, 405: handlers.http_error})
