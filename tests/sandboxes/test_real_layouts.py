@@ -130,6 +130,7 @@ class AddChecks:
 """
 SUITE = """\
 import unittest
+from contextlib import nullcontext
 
 import pytest
 
@@ -178,6 +179,18 @@ def test_valid(check=add, offset=0):
 
 def test_valid_shifted():
     test_valid(check=lambda a, b: add(a, b) + 1, offset=1)
+
+
+@pytest.mark.parametrize("value, expectation", [(1, nullcontext(2)), ("x", pytest.raises(TypeError))])
+def test_context_table(value, expectation):
+    with expectation as expected:
+        result = add(value, 1)
+        assert result == expected
+
+
+@pytest.mark.xfail(reason="reported skipped when it fails")
+def test_known_bug():
+    assert add(2, 2) == 4
 """
 
 
@@ -186,7 +199,9 @@ def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Pat
     from a class of the same file (toolz) or a mixin in another file (cachetools' tests/__init__.py);
     a name that is the input as well as the expected value (python-slugify); an assertion after an
     early ``return`` (boltons); parametrised ids with brackets and colons, from a table or a fixture's
-    params (boltons); a test that calls another test function with other arguments (toolz)."""
+    params (boltons); a test that calls another test function with other arguments (toolz); assertions
+    in a context manager taken from a table of pytest.raises and does_not_raise (semver); an xfail test,
+    whose failure is reported skipped (sqlparse)."""
     ids = [
         "tests/test_suite.py::TestAdd::test_add",
         "tests/test_suite.py::TestAdd::test_add_named",
@@ -199,6 +214,9 @@ def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Pat
         "tests/test_suite.py::test_fixture_ids[x]",
         "tests/test_suite.py::test_valid",
         "tests/test_suite.py::test_valid_shifted",
+        "tests/test_suite.py::test_context_table[1-expectation0]",
+        "tests/test_suite.py::test_known_bug",
+        "tests/test_suite.py::test_context_table[x-expectation1]",
     ]
     task = _project(
         tmp_path,
@@ -206,8 +224,8 @@ def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Pat
         {"mathy/__init__.py": BUGGY, "tests/__init__.py": "", "tests/test_other.py": "def test_other():\n    pass\n"},
         {"tests/__init__.py": MIXIN, "tests/test_suite.py": SUITE},
         ("mathy/__init__.py", FIXED),
-        FAIL_TO_PASS=ids[:6] + ids[7:],
-        PASS_TO_PASS=ids[6:7],
+        FAIL_TO_PASS=ids[:6] + ids[7:-1],
+        PASS_TO_PASS=[ids[6], ids[-1]],
     )
     for _ in range(3):  # fresh draws each time: every site may be the perturbed one
         gold = grade(task, task.patch)
