@@ -302,11 +302,14 @@ def run_suite(
     timeout: float = 300.0,
     args: Sequence[str] = (),
     memory_mb: int | None = None,
+    hash_seed: int = 0,
 ) -> SuiteResult:
     """Run ``repo``'s pytest suite (or ``test_ids``) from its root with ``env``'s interpreter, honouring
     the project's own pytest configuration; per-test results from junit XML. ``memory_mb`` caps the
-    run's address space (a mutant's runaway allocation fails its run, not the machine)."""
+    run's address space (a mutant's runaway allocation fails its run, not the machine). ``hash_seed``
+    is the run's PYTHONHASHSEED (the grader's runs have random ones: set orders differ between them)."""
     plugin_args, variables = suite_invocation(env, repo)
+    variables = {**variables, "PYTHONHASHSEED": str(hash_seed)}
     python = environment_python(env)
     if memory_mb:
         python = _capped(python, memory_mb)
