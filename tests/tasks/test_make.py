@@ -29,6 +29,10 @@ from lego.tasks.statements import fixed_lines
 from lego.types import Task
 
 PROJECT = "toolz==1.2.0"
+SLOW_FACTORY = pytest.mark.slow_factory
+"""Left out of the README's test command (run: pytest -m slow_factory): the tests on `made` make three
+toolz tasks from its sdist (~3.5 min on 2 busy cores: environment, three suite runs, mutants); the
+rebuild of a shipped project ~4 min."""
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +66,7 @@ def _run(task: Task, with_gold: bool) -> dict[str, str]:
         return run_suite(work, task.environment, [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]).statuses
 
 
+@SLOW_FACTORY
 def test_make_writes_tasks_with_their_recipe(made: Path, tasks: list[Task]) -> None:
     summary = json.loads((made / "summary.json").read_text())
     assert [s["kept"] for s in summary] == [3] and summary[0]["stable_tests"] > 100
@@ -94,6 +99,7 @@ def _added(test_patch: str, path: str) -> str:
     return "\n".join(line[1:] for line in section.splitlines() if line.startswith("+") and not line.startswith("+++"))
 
 
+@SLOW_FACTORY
 def test_a_made_task_grades_as_it_promises(made: Path, tasks: list[Task]) -> None:
     source = JsonlSource(made / "tasks.jsonl")
     for record in tasks[:1]:  # one is enough here: the factory ran the same checks on every task
@@ -114,6 +120,7 @@ def test_a_made_task_grades_as_it_promises(made: Path, tasks: list[Task]) -> Non
         assert all(base.get(t) == "passed" for t in task.PASS_TO_PASS)
 
 
+@SLOW_FACTORY
 def test_the_compact_manifest_gives_back_the_same_tasks(made: Path, tasks: list[Task]) -> None:
     rebuilt = {t.instance_id: t for t in RealSource(path=made / "manifest.jsonl").records()}
     assert set(rebuilt) == {t.instance_id for t in tasks}
@@ -141,7 +148,7 @@ def test_the_shipped_real_suite_is_split_by_project() -> None:
     }
 
 
-@pytest.mark.slow
+@SLOW_FACTORY
 def test_a_shipped_project_rebuilds_to_its_manifest_lines(
     shared_cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
