@@ -32,9 +32,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lego.sandboxes.perturb import Definitions, FilePlan, test_function
+from lego.sandboxes.perturb import Definitions, FilePlan
 
-__all__ = ["Evidence", "RunRecords", "judge", "parse_run", "test_function"]
+__all__ = ["Evidence", "RunRecords", "judge", "parse_run"]
 
 _WHENS = ("setup", "call", "teardown")
 

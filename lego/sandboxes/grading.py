@@ -51,10 +51,10 @@ from typing import Any
 
 from lego.config import SandboxConfig
 from lego.errors import GradingError, SandboxError
-from lego.sandboxes.evidence import Evidence, RunRecords, judge, parse_run, test_function
+from lego.sandboxes.evidence import Evidence, RunRecords, judge, parse_run
 from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.guards import filter_diff, patch_paths, split_diff, tracked_files
-from lego.sandboxes.perturb import Definitions, FilePlan, find_sites, plan_perturbations, render
+from lego.sandboxes.perturb import Definitions, FilePlan, find_sites, plan_perturbations, render, test_function
 from lego.sandboxes.templates import git
 from lego.sandboxes.verifier import grade_verifier, is_harbor
 from lego.seams import Sandbox

@@ -65,15 +65,13 @@ def _node_id(case: ET.Element, root: Path | None = None) -> str:
     name = case.get("name") or ""
     module = file[:-3].replace("/", ".") if file.endswith(".py") else ""
     dotted = classname.split(".")
-    node_file = next(
-        (
-            k
-            for k in range(len(dotted), 0, -1)
-            if root is not None and (root / ("/".join(dotted[:k]) + ".py")).is_file()
-        ),
-        None,
-    )
-    if module and (classname == module or classname.startswith(module + ".")):
+    node_file = None
+    in_own_file = bool(module) and (classname == module or classname.startswith(module + "."))
+    if root is not None and not in_own_file:  # the file system is asked only for an inherited test
+        node_file = next(
+            (k for k in range(len(dotted), 0, -1) if (root / ("/".join(dotted[:k]) + ".py")).is_file()), None
+        )
+    if in_own_file:
         inner = classname[len(module) :].strip(".")
     elif node_file is not None:
         file, inner = "/".join(dotted[:node_file]) + ".py", ".".join(dotted[node_file:])
