@@ -83,13 +83,12 @@ class ScriptedEngine:
         if self.delay:
             await asyncio.sleep(self.delay)
         planned = self.next_completion(context, sampling)
+        self.prompts.append(list(prompt_ids))
         if planned is None:
-            self.prompts.append(list(prompt_ids))
             return await self.real.generate(prompt_ids, sampling, context, on_tokens)
         ids = self.chat.encode(planned) if isinstance(planned, str) else list(planned)
         ids = ids[: sampling.max_tokens]
         (lps,) = await self.real.score([list(prompt_ids) + ids], [len(prompt_ids)], sampling.temperature or 1.0)
-        self.prompts.append(list(prompt_ids))
         if on_tokens is not None and ids:
             for run in [[tok] for tok in ids] if self.stream else [ids]:
                 on_tokens(list(run))
