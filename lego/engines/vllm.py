@@ -50,6 +50,7 @@ import time
 from typing import Any
 
 import httpx
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from lego.config import EngineConfig
 from lego.errors import ConfigError, ContextOverflowError, EngineError, EngineUnavailableError, LegoError
@@ -72,6 +73,11 @@ def _sampled_ids(choice: dict[str, Any], lp: dict[str, Any]) -> list[int]:
         return [int(str(t).removeprefix("token_id:")) for t in lp["tokens"]]
     except (KeyError, ValueError) as exc:
         raise EngineError("vLLM returned neither token_ids nor token_id:N tokens; upgrade vLLM to >= 0.10.2") from exc
+
+
+def _worth_another_try(exc: BaseException) -> bool:
+    """A connection error (timeouts included) or an answer :meth:`VLLMEngine._failure` marked retryable."""
+    return isinstance(exc, httpx.TransportError) or (isinstance(exc, EngineError) and exc.retryable)
 
 
 class VLLMEngine:
@@ -150,32 +156,45 @@ class VLLMEngine:
     async def _request(self, path: str, body: dict[str, Any], on_tokens: TokenSink | None) -> dict[str, Any]:
         """POST ``body``; with ``on_tokens``, read the answer as vLLM's SSE stream (see :meth:`_read_stream`).
 
-        Only the opening is retried: once a stream has handed ids to ``on_tokens`` a second try would
-        hand them again, so a stream that breaks is an EngineUnavailableError.
+        Connection errors and the answers :meth:`_failure` marks ``retryable`` are tried again, up to
+        ``max_retries`` more times, waiting ``backoff_s`` and then twice as long before each next try;
+        the last failure is raised as it is (a connection error as an EngineUnavailableError). Only
+        the opening is retried: once a stream has handed ids to ``on_tokens`` a second try would hand
+        them again, so a stream that breaks is an EngineUnavailableError.
         """
-        delay = self.backoff_s
-        for attempt in range(self.max_retries + 1):
-            try:
-                self._client_loop = asyncio.get_running_loop()
-                async with self.client.stream("POST", f"{self.base_url}{path}", json=body, headers=self._headers) as r:
-                    if r.status_code == 200:
-                        if on_tokens is not None:
-                            return await self._read_stream(r, on_tokens)
-                        data: dict[str, Any] = json.loads(await r.aread())
-                        return data
-                    await r.aread()
-                    err = self._failure(r.status_code, r.text[:500], path, body)
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                if attempt == self.max_retries:
-                    raise EngineUnavailableError(
-                        f"vLLM at {self.base_url} unreachable after {attempt + 1} tries: {exc}"
-                    ) from exc
-            else:
-                if not getattr(err, "retryable", False) or attempt == self.max_retries:
-                    raise err
-            await asyncio.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+        self._client_loop = asyncio.get_running_loop()
+        # Built per request: a Retrying object keeps the state of the call it runs.
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(_worth_another_try),
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential(multiplier=self.backoff_s),
+            reraise=True,
+        )
+        try:
+            r: httpx.Response = await retrying(self._open, path, body, on_tokens is not None)
+        except httpx.TransportError as exc:
+            tries = retrying.statistics["attempt_number"]
+            raise EngineUnavailableError(f"vLLM at {self.base_url} unreachable after {tries} tries: {exc}") from exc
+        if on_tokens is None:
+            data: dict[str, Any] = r.json()
+            return data
+        try:
+            return await self._read_stream(r, on_tokens)
+        finally:
+            await r.aclose()
+
+    async def _open(self, path: str, body: dict[str, Any], streamed: bool) -> httpx.Response:
+        """One try at ``POST path``: a 200, its body read unless ``streamed`` (then the caller reads and
+        closes it), or else the failure the answer means, raised."""
+        request = self.client.build_request("POST", f"{self.base_url}{path}", json=body, headers=self._headers)
+        r = await self.client.send(request, stream=streamed)
+        if r.status_code == 200:
+            return r
+        try:
+            await r.aread()  # a streamed answer's error body is still unread
+        finally:
+            await r.aclose()
+        raise self._failure(r.status_code, r.text[:500], path, body)
 
     async def _read_stream(self, r: httpx.Response, on_tokens: TokenSink) -> dict[str, Any]:
         """Read vLLM's streamed completion, handing each chunk's ids to ``on_tokens`` as it arrives.

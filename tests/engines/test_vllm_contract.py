@@ -1,15 +1,18 @@
 """VLLMEngine against a small fake `vllm serve` speaking exactly the documented wire format
 (``POST /v1/completions`` with token-id prompts, ``logprobs``, ``return_token_ids``,
 ``return_tokens_as_token_ids``, ``prompt_logprobs``; ``GET /v1/models`` with ``max_model_len``).
+With ``stream: true`` it answers vLLM's SSE, one ``data:`` chunk per token, then ``data: [DONE]``.
 The fake is a real starlette app on loopback; a real-vLLM test is marked ``gpu``."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -17,11 +20,11 @@ import uvicorn
 from pydantic import BaseModel, ConfigDict
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from lego.engines.vllm import VLLMEngine
-from lego.errors import ContextOverflowError, EngineError
+from lego.errors import ContextOverflowError, EngineError, EngineUnavailableError
 from lego.types import SamplingParams
 
 
@@ -58,8 +61,9 @@ class FakeVLLM:
         self.delay = 0.0
         self.disconnected = threading.Event()
         self.retokenize = False
+        self.cut_stream_after: int | None = None  # end a stream after this many chunks, without [DONE]
 
-    async def completions(self, request: Request) -> JSONResponse:
+    async def completions(self, request: Request) -> Response:
         body = CompletionBody.model_validate(await request.json())
         self.requests.append(body)
         if self.fail_with:
@@ -102,6 +106,8 @@ class FakeVLLM:
         if not self.legacy:
             choice["token_ids"] = ids
             choice["prompt_token_ids"] = [*body.prompt, 9] if self.retokenize else body.prompt
+        if body.stream:
+            return StreamingResponse(self._stream(body.prompt, choice), media_type="text/event-stream")
         usage = {"prompt_tokens": len(body.prompt), "completion_tokens": n, "total_tokens": len(body.prompt) + n}
         return JSONResponse(
             {
@@ -113,6 +119,21 @@ class FakeVLLM:
                 "usage": usage,
             }
         )
+
+    async def _stream(self, prompt: list[int], whole: dict[str, Any]) -> AsyncIterator[str]:
+        """``whole`` (the non-stream choice) as vLLM streams it: one chunk per token, the prompt ids
+        on the first, the finish reason on the last."""
+        n = len(whole["logprobs"]["tokens"])
+        for k in range(n):
+            if k == self.cut_stream_after:
+                return
+            lp = {key: whole["logprobs"][key][k : k + 1] for key in ("tokens", "token_logprobs")}
+            choice = {"index": 0, "text": "t", "logprobs": lp, "finish_reason": "length" if k == n - 1 else None}
+            if not self.legacy:
+                choice["token_ids"] = whole["token_ids"][k : k + 1]
+                choice["prompt_token_ids"] = prompt if k == 0 else None
+            yield f"data: {json.dumps({'id': 'cmpl-1', 'object': 'text_completion', 'choices': [choice]})}\n\n"
+        yield "data: [DONE]\n\n"
 
     async def models(self, request: Request) -> JSONResponse:
         return JSONResponse(
@@ -175,11 +196,52 @@ def test_refuses_a_retokenized_prompt(fake: tuple[FakeVLLM, str]) -> None:
         _gen(VLLMEngine(url), [1, 2], max_tokens=2)
 
 
+def _stream(engine: VLLMEngine, prompt: list[int], runs: list[list[int]], **kw: Any) -> Any:
+    async def go() -> Any:
+        try:
+            return await engine.generate(prompt, SamplingParams(**kw), on_tokens=runs.append)
+        finally:
+            await engine.close()
+
+    return asyncio.run(go())
+
+
 def test_retries_transient_errors_then_succeeds(fake: tuple[FakeVLLM, str]) -> None:
     fv, url = fake
     fv.fail_with = [(503, "busy"), (500, "oops")]
     gen = _gen(VLLMEngine(url, backoff_s=0.01), [1], max_tokens=1)
     assert gen.token_ids == [2] and len(fv.requests) == 3
+
+
+def test_waits_backoff_then_twice_as_long_before_each_next_try(fake: tuple[FakeVLLM, str]) -> None:
+    fv, url = fake
+    fv.fail_with = [(429, "slow down"), (503, "busy")]
+    t0 = time.monotonic()
+    gen = _gen(VLLMEngine(url, backoff_s=0.2), [1], max_tokens=1)
+    assert gen.token_ids == [2] and time.monotonic() - t0 >= 0.2 + 0.4
+
+
+def test_a_stream_is_retried_until_it_opens_and_a_400_is_not(fake: tuple[FakeVLLM, str]) -> None:
+    fv, url = fake
+    fv.fail_with = [(503, "busy")]
+    runs: list[list[int]] = []
+    gen = _stream(VLLMEngine(url, backoff_s=0.01), [1], runs, max_tokens=3)
+    assert runs == [[2], [3], [4]] and gen.token_ids == [2, 3, 4] and len(fv.requests) == 2
+    assert gen.logprobs == pytest.approx([-0.1, -0.2, -0.3]) and gen.finish_reason == "length"
+    fv.requests.clear()
+    fv.fail_with = [(400, "unknown field")]
+    with pytest.raises(EngineError, match="400") as err:
+        _stream(VLLMEngine(url, backoff_s=0.01), [1], [], max_tokens=3)
+    assert type(err.value) is EngineError and len(fv.requests) == 1
+
+
+def test_an_unreachable_server_is_tried_max_retries_more_times() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again before the engine connects: refused
+    engine = VLLMEngine(f"http://127.0.0.1:{port}", model="m", max_model_len=128, max_retries=2, backoff_s=0.01)
+    with pytest.raises(EngineUnavailableError, match="unreachable after 3 tries"):
+        _gen(engine, [1], max_tokens=1)
 
 
 def test_gives_up_after_max_retries_and_does_not_retry_4xx(fake: tuple[FakeVLLM, str]) -> None:
