@@ -54,7 +54,7 @@ sampled; their concatenation is the finished Generation's ``token_ids``."""
 
 class InProcessWeights(Protocol):
     """An engine whose weights live in this process: the trainer's state dict is copied in
-    (``lego.conductor.weight_sync.InProcessCopy``)."""
+    (``lego.training.weight_sync.InProcessCopy``)."""
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> int:
         """Load new policy weights (between batches); returns the new policy version."""

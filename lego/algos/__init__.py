@@ -1,5 +1,5 @@
 """The RL objective as pure functions: advantages, policy losses (GSPO, token-level PPO) and the
-rollout–train fidelity metrics. The trainer (lego.conductor.trainer) calls these directly."""
+rollout–train fidelity metrics. The trainer (lego.training.trainer) calls these directly."""
 
 from lego.algos.advantages import group_advantages
 from lego.algos.fidelity import PEARSON, FidelityGate, fidelity_metrics

@@ -8,10 +8,10 @@ Simplifications, and why:
 - ``training.ppo_epochs`` optimizer updates per batch, one by default: with one, π_old == π_θ at the
   update, so the GSPO ratio is 1 and the clip matters only off-policy, and a CPU step stays cheap;
   each further epoch reuses the batch against the weights it was sampled with
-  (:meth:`lego.conductor.trainer.Trainer.train_step`), where the ratio and its clip act.
+  (:meth:`lego.training.trainer.Trainer.train_step`), where the ratio and its clip act.
 - The engine and the trainer hold separate copies of the weights in-process; the sync copies a
   state dict (cheap for the tiny default; for big models the vLLM path pushes through its API).
-  ``lego.conductor.weight_sync.build_weight_sync`` picks the delivery from ``engine.kind``.
+  ``lego.training.weight_sync.build_weight_sync`` picks the delivery from ``engine.kind``.
 
 Run directory (:mod:`lego.conductor.run_dir`; ``--resume`` continues after the last checkpoint)::
 
@@ -52,16 +52,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lego.algos import group_advantages
-from lego.conductor.checkpoint import restore_checkpoint, save_checkpoint
 from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.conductor.run_dir import RunDir, open_run_dir, prune_checkpoints, reconcile_metrics
 from lego.conductor.step_plan import sample_seed, step_harnesses, step_tasks, trained_harness
 from lego.conductor.step_summary import step_metrics, summary_line
-from lego.conductor.trainer import Trainer, items_from_trajectories
-from lego.conductor.weight_sync import WeightSync, build_weight_sync
 from lego.config import LegoConfig
 from lego.errors import ConfigError, RolloutsFailedError, TaskError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text
+from lego.training.checkpoint import restore_checkpoint, save_checkpoint
+from lego.training.trainer import Trainer, items_from_trajectories
+from lego.training.weight_sync import WeightSync, build_weight_sync
 from lego.types import StepMetrics, Task, Trajectory
 
 __all__ = ["TrainingInterrupted", "retry_infra", "train", "validate"]

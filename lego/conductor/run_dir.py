@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lego.conductor.checkpoint import check_compatible, load_latest, read_config
 from lego.config import LegoConfig, to_toml, validate_config
 from lego.errors import ConfigError
 from lego.io import atomic_write_text, read_jsonl
+from lego.training.checkpoint import check_compatible, load_latest, read_config
 
 __all__ = ["KEEP_CHECKPOINTS", "RunDir", "open_run_dir", "prune_checkpoints", "reconcile_metrics"]
 

@@ -17,9 +17,9 @@ One :meth:`SingleTurnLoop.step`:
    ``POST /s/{session}/v1/chat/completions``, all in flight at once so the engine batches them;
 2. each session's :class:`~lego.types.Trajectory` is read back; ``reward_fn(completion text)``
    gives its reward; the prompt index is its group (``task_id``);
-3. :func:`~lego.conductor.items.items_from_trajectories` → group-normalised advantages →
-   :meth:`Trainer.step <lego.conductor.trainer.Trainer.step>` (GSPO loss, fidelity gate, AdamW);
-4. :class:`~lego.conductor.weight_sync.InProcessCopy` makes the engine serve the new weights.
+3. :func:`~lego.training.items.items_from_trajectories` → group-normalised advantages →
+   :meth:`Trainer.step <lego.training.trainer.Trainer.step>` (GSPO loss, fidelity gate, AdamW);
+4. :class:`~lego.training.weight_sync.InProcessCopy` makes the engine serve the new weights.
 
 Sessions are closed after their trajectory is read, so a long run holds no growing state. The
 HTTP client and its event loop live as long as the loop object (:meth:`SingleTurnLoop.close`, or
@@ -37,12 +37,12 @@ from typing import Any
 
 import httpx
 
-from lego.conductor.items import TrainItem, items_from_trajectories
-from lego.conductor.trainer import Trainer
-from lego.conductor.weight_sync import InProcessCopy
 from lego.errors import EngineError
 from lego.proxies.server import ProxyServer
 from lego.seams import Engine
+from lego.training.items import TrainItem, items_from_trajectories
+from lego.training.trainer import Trainer
+from lego.training.weight_sync import InProcessCopy
 from lego.types import SamplingOverride, SessionSpec, Trajectory
 
 __all__ = ["RewardFn", "SingleTurnLoop", "SingleTurnStep"]

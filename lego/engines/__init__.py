@@ -9,7 +9,7 @@ with ``Cls.from_config(cfg)``:
 - ``oracle``: replays gold patches through the harness's tools, its tokens scored by the real
   model ``cfg.model`` names (``lego.engines.oracle``)
 
-How trained weights reach each kind is ``lego.conductor.weight_sync.build_weight_sync``.
+How trained weights reach each kind is ``lego.training.weight_sync.build_weight_sync``.
 """
 
 from __future__ import annotations

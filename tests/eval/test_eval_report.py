@@ -153,7 +153,7 @@ def test_from_run_evaluates_the_latest_checkpoint_against_the_start_with_the_run
         run_defaults(tmp_path)
 
     step = run / "checkpoints" / "step_000002"
-    for name in ("trainer_state.json", "optimizer.pt"):  # what marks a checkpoint complete (lego.conductor.checkpoint)
+    for name in ("trainer_state.json", "optimizer.pt"):  # what marks a checkpoint complete (lego.training.checkpoint)
         (step / name).write_text("{}")
     (run / "checkpoints" / "latest").write_text("step_000002")
     got = run_defaults(run)

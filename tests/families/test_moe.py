@@ -13,14 +13,14 @@ import openai
 import torch
 
 from lego.algos import PEARSON
-from lego.conductor.items import items_from_trajectories
-from lego.conductor.trainer import Trainer
 from lego.config import LegoConfig, ProxyConfig
 from lego.engines.transformers_engine import TransformersEngine
 from lego.models.chat import ChatFormat
 from lego.models.families import family
 from lego.models.tiny import build_tiny_on
 from lego.proxies.server import ProxyServer
+from lego.training.items import items_from_trajectories
+from lego.training.trainer import Trainer
 from tests.families.conftest import require
 
 

@@ -13,8 +13,6 @@ from typing import Any
 import openai
 
 from lego.algos import PEARSON
-from lego.conductor.items import items_from_trajectories
-from lego.conductor.trainer import Trainer
 from lego.config import LegoConfig, ProxyConfig
 from lego.engines.scripted import ScriptedEngine
 from lego.engines.transformers_engine import TransformersEngine
@@ -22,6 +20,8 @@ from lego.models.chat import ChatFormat
 from lego.models.families import Family
 from lego.models.tiny import build_tiny_on
 from lego.proxies.server import ProxyServer
+from lego.training.items import items_from_trajectories
+from lego.training.trainer import Trainer
 
 BASH = {
     "type": "function",

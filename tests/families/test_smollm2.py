@@ -14,14 +14,14 @@ from click.testing import CliRunner
 
 from lego.algos import PEARSON
 from lego.conductor.cli.models import models_group
-from lego.conductor.items import items_from_trajectories
-from lego.conductor.trainer import Trainer
 from lego.config import LegoConfig, ProxyConfig
 from lego.engines.transformers_engine import TransformersEngine
 from lego.models.chat import ChatFormat
 from lego.models.check import check_model_dir
 from lego.paths import cache_dir
 from lego.proxies.server import ProxyServer
+from lego.training.items import items_from_trajectories
+from lego.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 

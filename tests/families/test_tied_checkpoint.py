@@ -9,10 +9,10 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
-from lego.conductor.trainer import Trainer
 from lego.config import LegoConfig
 from lego.models.families import family
 from lego.models.tiny import build_tiny_on
+from lego.training.trainer import Trainer
 from tests.families.conftest import require
 
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from lego.conductor.single_turn import SingleTurnLoop
-from lego.conductor.trainer import Trainer
 from lego.config import LegoConfig, ProxyConfig
 from lego.engines.transformers_engine import TransformersEngine
 from lego.models.chat import ChatFormat
 from lego.proxies.server import ProxyServer
+from lego.training.trainer import Trainer
 
 G, MAX_TOKENS = 3, 6
 PROMPTS = [

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from lego.conductor.items import items_from_trajectories
 from lego.proxies.server import ProxyServer
+from lego.training.items import items_from_trajectories
 from lego.types import MainThreadSpec, SessionSpec, Trajectory
 
 BILLING = {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.18b; cc_entrypoint=sdk-cli;"}

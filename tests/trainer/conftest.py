@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from lego.conductor.trainer import TrainItem
 from lego.config import LegoConfig
+from lego.training.trainer import TrainItem
 from lego.types import Segment
 
 VOCAB = 512

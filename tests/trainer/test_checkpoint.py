@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from lego.conductor.checkpoint import load_latest, read_config
-from lego.conductor.trainer import Trainer
 from lego.errors import ResumeError
+from lego.training.checkpoint import load_latest, read_config
+from lego.training.trainer import Trainer
 
 
 def _params(trainer):
@@ -75,7 +75,7 @@ def test_crash_mid_save_keeps_the_previous_checkpoint(model_dir, items, make_con
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr("lego.conductor.checkpoint._rng_state", boom)
+    monkeypatch.setattr("lego.training.checkpoint._rng_state", boom)
     with pytest.raises(OSError, match="disk full"):
         trainer.save(tmp_path)
     root = tmp_path / "checkpoints"
@@ -137,7 +137,7 @@ def test_lr_change_on_resume_takes_effect(model_dir, items, make_config, tmp_pat
 KILL_SCRIPT = """
 import sys
 from lego.config import LegoConfig
-from lego.conductor.trainer import Trainer
+from lego.training.trainer import Trainer
 cfg = LegoConfig.model_validate({"training": {"lr": 1e-3}})
 t = Trainer(sys.argv[1], cfg, device="cpu")
 while True:

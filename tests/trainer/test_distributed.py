@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from lego.conductor.checkpoint import load_latest
-from lego.conductor.trainer import Trainer
+from lego.training.checkpoint import load_latest
+from lego.training.trainer import Trainer
 
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux" or not dist.is_available(), reason="gloo on Linux"),

@@ -6,8 +6,8 @@ import asyncio
 import pytest
 
 from lego.algos import PEARSON, fidelity_metrics
-from lego.conductor.trainer import Trainer, TrainItem
-from lego.conductor.weight_sync import InProcessCopy
+from lego.training.trainer import Trainer, TrainItem
+from lego.training.weight_sync import InProcessCopy
 from lego.types import SamplingParams, Segment
 
 engines = pytest.importorskip("lego.engines.transformers_engine")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from lego.algos import PEARSON
-from lego.conductor.trainer import Trainer
 from lego.errors import FidelityError
+from lego.training.trainer import Trainer
 
 
 def _grads(trainer: Trainer) -> dict[str, torch.Tensor]:

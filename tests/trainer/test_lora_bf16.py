@@ -5,8 +5,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lego.algos import PEARSON
-from lego.conductor.checkpoint import load_latest
-from lego.conductor.trainer import Trainer
+from lego.training.checkpoint import load_latest
+from lego.training.trainer import Trainer
 
 
 def _lora_cfg(make_config, **kw):

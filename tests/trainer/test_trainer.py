@@ -5,9 +5,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lego.algos import PEARSON
-from lego.conductor.items import PaddedBatch
-from lego.conductor.trainer import Trainer, TrainItem, items_from_trajectories
 from lego.errors import FidelityError
+from lego.training.items import PaddedBatch
+from lego.training.trainer import Trainer, TrainItem, items_from_trajectories
 from lego.types import Trajectory
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lego.algos import token_weights
-from lego.conductor.trainer import Trainer, TrainItem
+from lego.training.trainer import Trainer, TrainItem
 from lego.types import Segment
 
 
@@ -29,7 +29,7 @@ def test_accumulation_1x8_equals_8x1(model_dir, items, make_config):
 
 
 def test_a_token_budget_splits_micro_batches_without_changing_the_gradient(model_dir, items, make_config):
-    from lego.conductor.items import micro_batch_indices
+    from lego.training.items import micro_batch_indices
 
     lengths = [len(it.segment.prompt_ids) + len(it.segment.response_ids) for it in items]
     budget = 2 * max(lengths)  # at most two rows of the longest: some micro-batches must split
@@ -44,7 +44,7 @@ def test_a_token_budget_splits_micro_batches_without_changing_the_gradient(model
 
 
 def test_micro_batches_keep_order_and_put_an_over_budget_item_alone():
-    from lego.conductor.items import micro_batch_indices
+    from lego.training.items import micro_batch_indices
 
     assert micro_batch_indices([5, 5, 5, 5, 5], 2) == [[0, 1], [2, 3], [4]]
     assert micro_batch_indices([10, 10, 40, 10, 10, 10], 4, 30) == [[0, 1], [2], [3, 4, 5]]
@@ -63,7 +63,7 @@ def test_first_update_is_the_plain_policy_gradient(model_dir, items, make_config
         got = _grads(trainer)
         trainer.optimizer.zero_grad()
         # −A·∇log π, aggregated the same way (seq-mean-token-mean over episodes), one batch
-        from lego.conductor.items import PaddedBatch as _MicroBatch
+        from lego.training.items import PaddedBatch as _MicroBatch
 
         mb = _MicroBatch(items, trainer.device)
         logp, _ = trainer.token_logp(mb)

@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
-from lego.conductor.trainer import Trainer
-from lego.conductor.weight_sync import build_weight_sync
 from lego.config import EngineConfig, LegoConfig
 from lego.engines.transformers_engine import TransformersEngine
 from lego.engines.vllm import VLLMEngine
 from lego.errors import ConfigError, EngineUnavailableError
+from lego.training.trainer import Trainer
+from lego.training.weight_sync import build_weight_sync
 from tests.engines.vllm_standin import VLLMStandIn
 
 

@@ -50,7 +50,7 @@ def pick_checkpoint(
     (lego.conductor.loop keeps the last two), so normally the policy evaluated trained <= the budget. When no
     step ended within it (a first step longer than the budget, or a resumed run), the newest
     checkpoint, with None for the steps and seconds."""
-    from lego.conductor.checkpoint import load_latest
+    from lego.training.checkpoint import load_latest
 
     within = [(s, e) for s, e in ended if e <= budget_s]
     if within:

@@ -88,12 +88,12 @@ def measure(queries: int, tool_turns: int, repeats: int) -> dict[str, Any]:
     import torch
 
     from lego.algos import PEARSON
-    from lego.conductor.items import items_from_trajectories
-    from lego.conductor.trainer import Trainer
     from lego.config import LegoConfig
     from lego.engines.transformers_engine import TransformersEngine
     from lego.models.families import family
     from lego.models.tiny import build_tiny_on
+    from lego.training.items import items_from_trajectories
+    from lego.training.trainer import Trainer
     from lego.types import Trajectory
 
     qwen3 = family("qwen3")

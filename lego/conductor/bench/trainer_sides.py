@@ -160,11 +160,11 @@ def run_lego(
     """``spec["steps"]`` single-turn steps through proxy + engine + trainer + sync; returns the
     result, the trainer and every recorded TrainItem (for the recompute measurement)."""
     from lego.conductor.single_turn import SingleTurnLoop
-    from lego.conductor.trainer import Trainer
     from lego.config import LegoConfig, ProxyConfig
     from lego.engines.transformers_engine import TransformersEngine
     from lego.models.chat import ChatFormat
     from lego.proxies.server import ProxyServer
+    from lego.training.trainer import Trainer
 
     b, g = spec["prompts_per_step"], spec["group_size"]
     cfg = LegoConfig.model_validate(

@@ -119,9 +119,9 @@ def run_defaults(run_dir: str | Path) -> dict[str, Any]:
     """What ``--from-run RUN_DIR`` sets: the run's latest checkpoint (``trained``) against the model it
     started from (``start``), in every harness it trained in (``harness.weights``' for a mixed run, else
     ``harness.name``), and the eval options the run itself used, from ``RUN_DIR/config.toml``."""
-    from lego.conductor.checkpoint import load_latest
     from lego.conductor.step_plan import training_harnesses
     from lego.config import load_config
+    from lego.training.checkpoint import load_latest
 
     root = Path(run_dir)
     if not (root / "config.toml").exists():

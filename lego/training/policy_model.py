@@ -1,7 +1,7 @@
 """The policy the trainer updates: loading it, wrapping it with LoRA, its forward pass on recorded
 ids, and its weights out under the base model's names.
 
-Split from :mod:`lego.conductor.trainer` so the update (loss, fidelity, optimizer) reads apart from
+Split from :mod:`lego.training.trainer` so the update (loss, fidelity, optimizer) reads apart from
 how the model is built and exported. Every function takes the model explicitly; none holds state.
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from lego.conductor import distributed as dist_utils
-from lego.conductor.items import PaddedBatch
 from lego.config import TrainingConfig
 from lego.errors import ModelError
+from lego.training import distributed as dist_utils
+from lego.training.items import PaddedBatch
 
 __all__ = ["load_policy", "merged_state_dict", "supports_logits_to_keep", "token_logp", "wrap_lora"]
 

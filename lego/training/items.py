@@ -145,7 +145,7 @@ def with_rollout_logprobs(
 
 
 def check_old_logprobs(items: Sequence[TrainItem], old_logprobs: Sequence[Sequence[float]]) -> None:
-    """One π_old value for every response position of every item (what :meth:`lego.conductor.trainer.Trainer.recompute` returns)."""
+    """One π_old value for every response position of every item (what :meth:`lego.training.trainer.Trainer.recompute` returns)."""
     if len(old_logprobs) != len(items):
         raise ValueError(f"old_logprobs has {len(old_logprobs)} rows for {len(items)} items; pass one per item")
     for i, (it, row) in enumerate(zip(items, old_logprobs, strict=True)):

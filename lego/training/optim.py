@@ -1,6 +1,6 @@
 """The trainer's optimizer settings: AdamW parameter groups, the learning-rate schedule, clipping.
 
-Kept apart from the update itself (:mod:`lego.conductor.trainer`) and shared with checkpoint
+Kept apart from the update itself (:mod:`lego.training.trainer`) and shared with checkpoint
 restore, which rebuilds each group's learning rate from the current config.
 """
 

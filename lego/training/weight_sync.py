@@ -43,7 +43,7 @@ from lego.errors import ConfigError, EngineError, EngineUnavailableError
 from lego.seams import Engine, InProcessWeights, ServedWeights
 
 if TYPE_CHECKING:
-    from lego.conductor.trainer import Trainer
+    from lego.training.trainer import Trainer
 
 __all__ = ["InProcessCopy", "VLLMFullReload", "VLLMLoraHotLoad", "WeightSync", "build_weight_sync"]
 

@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 from lego.algos import FidelityGate
-from lego.conductor import distributed as dist_utils
 from lego.config import LegoConfig, TrainingConfig
 from lego.errors import ResumeError
 from lego.io import atomic_write_json, atomic_write_text
+from lego.training import distributed as dist_utils
 
 __all__ = [
     "MUST_MATCH",
@@ -70,7 +70,7 @@ trainable weights are. Everything else (steps, lr, batch sizes, harness, ...) ma
 
 
 class Checkpointable(Protocol):
-    """What a checkpoint reads from and restores into (:class:`lego.conductor.trainer.Trainer` is one).
+    """What a checkpoint reads from and restores into (:class:`lego.training.trainer.Trainer` is one).
 
     A Protocol so this module needs nothing from the trainer, which calls it: no import loop."""
 

@@ -48,11 +48,11 @@ Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
                                          ``old_logprobs`` is given
 
 Where the pieces live: the model (loading, LoRA, forward pass, merged export) in
-:mod:`lego.conductor.policy_model`; AdamW groups, the LR schedule and clipping in
-:mod:`lego.conductor.optim`; the loss, Δ and fidelity as pure functions in :mod:`lego.algos`;
-checkpoints in :mod:`lego.conductor.checkpoint`. This module is the update that composes them.
+:mod:`lego.training.policy_model`; AdamW groups, the LR schedule and clipping in
+:mod:`lego.training.optim`; the loss, Δ and fidelity as pure functions in :mod:`lego.algos`;
+checkpoints in :mod:`lego.training.checkpoint`. This module is the update that composes them.
 
-Distributed: under ``torchrun`` (see :mod:`lego.conductor.distributed`) each rank takes an interleaved
+Distributed: under ``torchrun`` (see :mod:`lego.training.distributed`) each rank takes an interleaved
 share of the micro-batches of the same globally-weighted batch and FSDP2 sums the gradients.
 """
 
@@ -74,10 +74,12 @@ from lego.algos import (
     policy_loss_for,
     token_weights,
 )
-from lego.conductor import distributed as dist_utils
-from lego.conductor import optim
-from lego.conductor.checkpoint import restore_checkpoint, save_checkpoint
-from lego.conductor.items import (
+from lego.config import LegoConfig
+from lego.errors import FidelityError
+from lego.training import distributed as dist_utils
+from lego.training import optim
+from lego.training.checkpoint import restore_checkpoint, save_checkpoint
+from lego.training.items import (
     PaddedBatch,
     TrainItem,
     check_old_logprobs,
@@ -86,9 +88,7 @@ from lego.conductor.items import (
     padded_rows,
     with_rollout_logprobs,
 )
-from lego.conductor.policy_model import load_policy, merged_state_dict, supports_logits_to_keep, token_logp
-from lego.config import LegoConfig
-from lego.errors import FidelityError
+from lego.training.policy_model import load_policy, merged_state_dict, supports_logits_to_keep, token_logp
 
 __all__ = ["TrainItem", "Trainer", "items_from_trajectories"]
 
@@ -132,7 +132,7 @@ class Trainer:
         return cls(resolve_model(config.engine.model), config, device)
 
     def param_groups(self) -> list[dict[str, Any]]:
-        """AdamW's parameter groups for this policy (:func:`lego.conductor.optim.param_groups`)."""
+        """AdamW's parameter groups for this policy (:func:`lego.training.optim.param_groups`)."""
         return optim.param_groups(self.model, self.train_cfg)
 
     def lr_at(self, update: int, base_lr: float | None = None) -> float:
@@ -421,7 +421,7 @@ class Trainer:
         export_merged: bool = False,
         keep_last: int | None = None,
     ) -> Path:
-        """Write a checkpoint under ``run_dir/checkpoints`` (see :mod:`lego.conductor.checkpoint`)."""
+        """Write a checkpoint under ``run_dir/checkpoints`` (see :mod:`lego.training.checkpoint`)."""
         return save_checkpoint(self, run_dir, extra=extra, export_merged=export_merged, keep_last=keep_last)
 
     def load(self, checkpoint_dir: str | Path) -> dict[str, Any]:
