@@ -47,9 +47,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import aclosing
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource, SSEError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from lego.config import EngineConfig
@@ -199,7 +201,7 @@ class VLLMEngine:
     async def _read_stream(self, r: httpx.Response, on_tokens: TokenSink) -> dict[str, Any]:
         """Read vLLM's streamed completion, handing each chunk's ids to ``on_tokens`` as it arrives.
 
-        Each ``data: {...}`` chunk's choice carries the delta: ``token_ids`` (the prompt's
+        httpx-sse splits the body into events. Each ``data: {...}`` chunk's choice carries the delta: ``token_ids`` (the prompt's
         ``prompt_token_ids`` on the first chunk only), ``logprobs.tokens`` / ``token_logprobs`` for
         the same tokens, and ``finish_reason`` on the last; ``data: [DONE]`` ends the stream, and an
         error after the headers arrives as a chunk with ``error``. Returns the chunks joined into
@@ -210,29 +212,29 @@ class VLLMEngine:
         token_logprobs: list[Any] = []
         joined: dict[str, Any] = {"finish_reason": None, "prompt_token_ids": None}
         try:
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    joined["token_ids"] = ids
-                    joined["logprobs"] = {"tokens": tokens, "token_logprobs": token_logprobs}
-                    return {"choices": [joined]}
-                chunk = json.loads(payload)
-                if "error" in chunk or chunk.get("object") == "error":
-                    detail = chunk.get("error", chunk)
-                    raise EngineError(f"vLLM failed mid-stream after {len(ids)} tokens: {detail}")
-                for choice in chunk.get("choices") or []:  # the usage chunk has none
-                    lp = choice.get("logprobs") or {}
-                    new = _sampled_ids(choice, lp)
-                    tokens.extend(lp.get("tokens") or [])
-                    token_logprobs.extend(lp.get("token_logprobs") or [])
-                    if choice.get("prompt_token_ids") is not None:
-                        joined["prompt_token_ids"] = choice["prompt_token_ids"]
-                    joined["finish_reason"] = choice.get("finish_reason") or joined["finish_reason"]
-                    if new:
-                        ids.extend(new)
-                        on_tokens(new)
+            async with aclosing(EventSource(r).aiter_sse()) as events:
+                async for event in events:
+                    if event.data == "[DONE]":
+                        joined["token_ids"] = ids
+                        joined["logprobs"] = {"tokens": tokens, "token_logprobs": token_logprobs}
+                        return {"choices": [joined]}
+                    chunk = json.loads(event.data)
+                    if "error" in chunk or chunk.get("object") == "error":
+                        detail = chunk.get("error", chunk)
+                        raise EngineError(f"vLLM failed mid-stream after {len(ids)} tokens: {detail}")
+                    for choice in chunk.get("choices") or []:  # the usage chunk has none
+                        lp = choice.get("logprobs") or {}
+                        new = _sampled_ids(choice, lp)
+                        tokens.extend(lp.get("tokens") or [])
+                        token_logprobs.extend(lp.get("token_logprobs") or [])
+                        if choice.get("prompt_token_ids") is not None:
+                            joined["prompt_token_ids"] = choice["prompt_token_ids"]
+                        joined["finish_reason"] = choice.get("finish_reason") or joined["finish_reason"]
+                        if new:
+                            ids.extend(new)
+                            on_tokens(new)
+        except SSEError as exc:  # raised before the first event: the answer is not an event stream
+            raise EngineError(f"vLLM answered a streamed request without SSE ({exc}); is it a vLLM server?") from exc
         except httpx.HTTPError as exc:
             raise EngineUnavailableError(f"vLLM's stream broke after {len(ids)} tokens: {exc}") from exc
         except ValueError as exc:

@@ -62,6 +62,8 @@ class FakeVLLM:
         self.disconnected = threading.Event()
         self.retokenize = False
         self.cut_stream_after: int | None = None  # end a stream after this many chunks, without [DONE]
+        self.stream_error_after: int | None = None  # after this many chunks, send vLLM's error chunk
+        self.stream_as_json = False  # answer a stream request with the non-stream JSON
 
     async def completions(self, request: Request) -> Response:
         body = CompletionBody.model_validate(await request.json())
@@ -106,7 +108,7 @@ class FakeVLLM:
         if not self.legacy:
             choice["token_ids"] = ids
             choice["prompt_token_ids"] = [*body.prompt, 9] if self.retokenize else body.prompt
-        if body.stream:
+        if body.stream and not self.stream_as_json:
             return StreamingResponse(self._stream(body.prompt, choice), media_type="text/event-stream")
         usage = {"prompt_tokens": len(body.prompt), "completion_tokens": n, "total_tokens": len(body.prompt) + n}
         return JSONResponse(
@@ -126,6 +128,9 @@ class FakeVLLM:
         n = len(whole["logprobs"]["tokens"])
         for k in range(n):
             if k == self.cut_stream_after:
+                return
+            if k == self.stream_error_after:
+                yield 'data: {"error": {"object": "error", "message": "engine dead", "code": 500}}\n\n'
                 return
             lp = {key: whole["logprobs"][key][k : k + 1] for key in ("tokens", "token_logprobs")}
             choice = {"index": 0, "text": "t", "logprobs": lp, "finish_reason": "length" if k == n - 1 else None}
@@ -233,6 +238,27 @@ def test_a_stream_is_retried_until_it_opens_and_a_400_is_not(fake: tuple[FakeVLL
     with pytest.raises(EngineError, match="400") as err:
         _stream(VLLMEngine(url, backoff_s=0.01), [1], [], max_tokens=3)
     assert type(err.value) is EngineError and len(fv.requests) == 1
+
+
+def test_a_stream_cut_before_done_or_failing_mid_stream_raises_and_is_not_retried(fake: tuple[FakeVLLM, str]) -> None:
+    fv, url = fake
+    fv.cut_stream_after = 2
+    runs: list[list[int]] = []
+    with pytest.raises(EngineUnavailableError, match=r"stream ended after 2 tokens without data: \[DONE\]"):
+        _stream(VLLMEngine(url, backoff_s=0.01), [1], runs, max_tokens=4)
+    assert runs == [[2], [3]] and len(fv.requests) == 1
+    fv.cut_stream_after, fv.stream_error_after = None, 1
+    with pytest.raises(EngineError, match=r"failed mid-stream after 1 tokens: .*engine dead"):
+        _stream(VLLMEngine(url, backoff_s=0.01), [1], [], max_tokens=4)
+    assert len(fv.requests) == 2
+
+
+def test_a_stream_answered_without_sse_is_refused(fake: tuple[FakeVLLM, str]) -> None:
+    fv, url = fake
+    fv.stream_as_json = True
+    with pytest.raises(EngineError, match=r"without SSE .*application/json"):
+        _stream(VLLMEngine(url, backoff_s=0.01), [1], [], max_tokens=2)
+    assert len(fv.requests) == 1
 
 
 def test_an_unreachable_server_is_tried_max_retries_more_times() -> None:
