@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import tomli_w
 import yaml
@@ -113,9 +114,55 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 def to_toml(model: BaseModel) -> str:
     """``model`` (a :class:`LegoConfig` or any of its sections) as TOML that :func:`load_config` reads back
-    to the same model: sub-models and mappings as ``[tables]``, unset (None) fields left out, since TOML
-    has no null."""
-    return tomli_w.dumps(model.model_dump(mode="json", exclude_none=True))
+    to the same model: sub-models and mappings as ``[tables]``, every field shown.
+
+    TOML has no null, so a field that is unset (None) is a comment in its table, with its type and what
+    it is for: ``# vllm_url = <str>  # unset; Base URL of `vllm serve` (engine.kind='vllm').`` A
+    comment reads back as nothing, which is None again, and setting the field is writing the line."""
+    text = tomli_w.dumps(model.model_dump(mode="json", exclude_none=True))
+    unset = _unset_fields(model, ())
+    if not unset:
+        return text
+    # tomli_w starts every table with its header at column 0 and nothing else there does (array
+    # items are indented, strings are one line): split at the headers, append each table's comments.
+    blocks = re.split(r"(?m)^(?=\[)", text)
+    tables: dict[str, int] = {block.split("\n", 1)[0]: i for i, block in enumerate(blocks) if block.startswith("[")}
+    for path, lines in unset.items():
+        if not path:
+            blocks[0] = "".join(f"{line}\n" for line in lines) + blocks[0]
+            continue
+        header = tomli_w.dumps(_nest(list(path), {})).strip()  # the header as tomli_w spells it, quotes and all
+        if header not in tables:  # a table of sub-tables only (no header of its own yet): TOML allows it after them
+            tables[header] = len(blocks)
+            blocks.append(f"{header}\n")
+        i = tables[header]
+        blocks[i] = blocks[i].rstrip("\n") + "\n" + "".join(f"{line}\n" for line in lines) + "\n"
+    return "".join(blocks).rstrip("\n") + "\n"
+
+
+def _unset_fields(model: BaseModel, path: tuple[str, ...]) -> dict[tuple[str, ...], list[str]]:
+    """The comment line of every None field of ``model`` and the models below it, by table path."""
+    out: dict[tuple[str, ...], list[str]] = {}
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        if value is None:
+            kind = " | ".join(_type_name(a) for a in get_args(field.annotation) if a is not type(None))
+            about = _first_sentence(field.description or "")
+            out.setdefault(path, []).append(
+                f"# {name} = <{kind or 'value'}>  # unset" + (f"; {about}" if about else "")
+            )
+        elif isinstance(value, BaseModel):
+            out.update(_unset_fields(value, (*path, name)))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, BaseModel):
+                    out.update(_unset_fields(item, (*path, name, str(key))))
+    return out
+
+
+def _first_sentence(text: str) -> str:
+    """Up to the first full stop that a capital letter follows ("e.g. -o" goes on), or all of it."""
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(text.split()), maxsplit=1)[0]
 
 
 def _parse_value(raw: str) -> Any:
