@@ -27,6 +27,15 @@ NOT_RUN: dict[str, str] = {
     "lego eval --from-run runs/default": "needs a trained run; 400 samples take tens of minutes",
     "lego eval --policy base=default": "needs runs/default's step 20 checkpoint and the third-party harnesses",
     "lego eval report runs/eval": "needs the eval directory the command above writes",
+    "CUDA_VISIBLE_DEVICES=0 VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve": "needs a GPU and vLLM; "
+    "tests/lego/test_scaleout_recipe.py checks its flags against what lego sends and needs",
+    "CUDA_VISIBLE_DEVICES=0 VLLM_SERVER_DEV_MODE=1 vllm serve": "needs a GPU and vLLM (flags checked as above)",
+    "cp -r /models/Qwen3-8B": "copies the user's checkpoint, a placeholder path",
+    "CUDA_VISIBLE_DEVICES=1 lego train lego/configs/vllm-qwen3.toml": "needs the vLLM server above; "
+    "tests/lego/test_scaleout_recipe.py runs it against a vLLM stand-in, and without a server",
+    "ray start": "starts a Ray cluster node (tests/lego/test_ray_rollout.py runs the backend on a local Ray)",
+    "lego train lego/configs/cluster.toml": "needs a Ray cluster, Docker and the vLLM server; "
+    "tests/lego/test_scaleout_recipe.py loads it with the README's flags and runs its preflight",
 }
 """Commands (by prefix) that this test does not run, and why."""
 
