@@ -15,7 +15,11 @@ No model is involved. For one project (:func:`make_project`):
    the kinds, at most ``per_function`` tasks per function.
 4. **Validate** each mutant: the suite runs on a copy with the mutation applied; it is kept only
    when at least one stable test goes pass -> fail, every stable test is still collected, the run
-   did not time out, and a second run gives the same result on every stable test.
+   did not time out, and ``confirm_runs`` more runs, each under its own PYTHONHASHSEED as grading
+   runs have, give the same result on every stable test. Only a mutant that would be kept pays for
+   them. A mutant under which a test depends on chance or on set order (cachetools' RRCache evicts
+   a random key: a wrong size computation made a PASS_TO_PASS test fail in some runs only) would
+   grade the gold patch 0 now and then; it is dropped as "flaky on the mutant".
 5. **Emit**: FAIL_TO_PASS = the stable tests that fail, PASS_TO_PASS = the stable tests that pass
    on the mutant too, ``test_patch`` = the test files holding FAIL_TO_PASS tests (hidden from the
    agent's repo), ``patch`` = the gold fix, the bug report from the observed failures
@@ -87,6 +91,12 @@ class MakeOptions(BaseModel):
     jobs: int = 2
     runs: int = Field(3, description="Baseline runs; a test must pass every one to be used.")
     max_tries: int | None = Field(None, description="Mutants evaluated per project at most (default 12 x cap).")
+    confirm_runs: int = Field(
+        3,
+        ge=1,
+        description="Runs of a kept mutant after its first, each under its own PYTHONHASHSEED; a stable "
+        "test whose result differs in any of them drops the mutant as flaky.",
+    )
     per_function: int = Field(2, description="Tasks per function at most, for variety.")
     slow_test_s: float = Field(2.0, description="Tests slower than this in any baseline run are never used.")
     memory_mb: int = Field(4096, description="Address-space cap of each test run.")
@@ -268,8 +278,12 @@ def _classify(result: SuiteResult, base: Baseline) -> tuple[str, set[str], set[s
     return "", failing, result.passed() & base.stable
 
 
+FLAKY_MUTANT = "flaky on the mutant (a stable test's result differs between runs)"
+
+
 def evaluate(project: Project, mutation: Mutation, base: Baseline, options: MakeOptions) -> Outcome:
-    """Run the suite with one mutation applied, twice when the first run makes a task."""
+    """Run the suite with one mutation applied; when that run makes a task, ``options.confirm_runs``
+    more, each under its own hash seed, must agree with it on every stable test (module docstring)."""
     per_test = max(5.0, 5 * options.slow_test_s)
     timeout = 120 + 3 * base.seconds
     with tempfile.TemporaryDirectory(prefix=f"lego-mutant-{project.name}-") as tmp:
@@ -277,17 +291,27 @@ def evaluate(project: Project, mutation: Mutation, base: Baseline, options: Make
         copy_tree(project.root, work)
         target = work / mutation.file
         target.write_bytes(mutation.apply(target.read_bytes().decode("utf-8")).encode("utf-8"))
-        first = _run(
-            project, work, options, deselect=base.deselect, timeout=timeout, per_test=per_test, method="thread"
-        )
+
+        def run(hash_seed: int) -> SuiteResult:
+            return _run(
+                project,
+                work,
+                options,
+                deselect=base.deselect,
+                timeout=timeout,
+                per_test=per_test,
+                method="thread",
+                hash_seed=hash_seed,
+            )
+
+        first = run(0)
         reason, failing, passing = _classify(first, base)
         if reason:
             return Outcome(mutation, reason=reason)
-        second = _run(
-            project, work, options, deselect=base.deselect, timeout=timeout, per_test=per_test, method="thread"
-        )
-    if any(second.statuses.get(t) != first.statuses.get(t) for t in base.stable):
-        return Outcome(mutation, reason="not repeatable")
+        for hash_seed in range(1, options.confirm_runs + 1):
+            again = run(hash_seed)
+            if any(again.statuses.get(t) != first.statuses.get(t) for t in base.stable):
+                return Outcome(mutation, reason=FLAKY_MUTANT)
     messages = {t: first.messages.get(t, "") for t in sorted(failing)}
     return Outcome(mutation, sorted(failing), sorted(passing), messages)
 
