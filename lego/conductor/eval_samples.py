@@ -1,6 +1,6 @@
 """The production sample function of ``lego eval``: one served policy per policy of the spec.
 
-Named by ``lego.conductor.cli.eval.DEFAULT_SAMPLE_FN``; ``lego bench learn`` calls it too, so eval
+Named by ``lego.conductor.evaluate.DEFAULT_SAMPLE_FN``; ``lego bench learn`` calls it too, so eval
 numbers and the learn bench come from the same rollout code as training.
 """
 

@@ -36,7 +36,6 @@ fidelity down per harness (:mod:`lego.conductor.step_summary`).
 
 from __future__ import annotations
 
-import random
 import shutil
 import threading
 import time
@@ -57,8 +56,9 @@ from lego.conductor.run_dir import RunDir, open_run_dir, prune_checkpoints, reco
 from lego.conductor.step_plan import sample_seed, step_harnesses, step_tasks, trained_harness
 from lego.conductor.step_summary import step_metrics, summary_line
 from lego.config import LegoConfig
-from lego.errors import ConfigError, RolloutsFailedError, TaskError
+from lego.errors import RolloutsFailedError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text
+from lego.tasks.sources import load_tasks, pick_tasks
 from lego.training.checkpoint import restore_checkpoint, save_checkpoint
 from lego.training.trainer import Trainer, items_from_trajectories
 from lego.training.weight_sync import WeightSync, build_weight_sync
@@ -80,38 +80,6 @@ class TrainingInterrupted(Exception):
         super().__init__(f"interrupted; saved step {saved_step} in {run_dir}")
         self.run_dir = run_dir
         self.saved_step = saved_step
-
-
-def _load_tasks(cfg: LegoConfig, split: str, lazy: bool = False) -> tuple[list[Task], Callable[[Task], Task]]:
-    """The split's tasks and the function that makes one ready to run (materialises its repo).
-
-    ``lazy``: shipped suites (builtin, starter) come back as records and are materialised when a step
-    picks them, so a 1000-task split does not cost a minute of git before the first step."""
-    from lego.tasks.sources import load_source, select_tasks
-
-    spec = (
-        cfg.tasks.source
-        if ":" in cfg.tasks.source and not cfg.tasks.source.endswith(":")
-        else f"{cfg.tasks.source}:{split}"
-    )
-    source = load_source(spec)
-    try:
-        tasks = select_tasks(source.records(), cfg.tasks.where)
-    except TaskError as exc:
-        raise ConfigError(str(exc)) from exc
-    if cfg.tasks.limit:
-        random.Random(cfg.tasks.shuffle_seed).shuffle(tasks)
-        tasks = tasks[: cfg.tasks.limit]
-    if not tasks:
-        where = f" with tasks.where={cfg.tasks.where}" if cfg.tasks.where else ""
-        raise ConfigError(f"tasks.source={cfg.tasks.source!r} split {split!r} holds no tasks{where}")
-    if lazy:
-        return tasks, source.materialize
-    return [source.materialize(t) for t in tasks], _ready
-
-
-def _ready(task: Task) -> Task:
-    return task
 
 
 def _rollouts(
@@ -289,7 +257,8 @@ def train(
     t_setup = time.monotonic()
     try:
         with _status(console, "loading the policy, the trainer and the tasks"):
-            tasks, prepare = _load_tasks(cfg, cfg.tasks.split, lazy=True)
+            # records now, each repo when a step picks it: a 1000-task split costs no minute of git up front
+            tasks, source = pick_tasks(cfg.tasks.split_spec(cfg.tasks.split), cfg.tasks.where, cfg.tasks.limit)
             trainer = Trainer.from_config(cfg)
             last_line = None
             if ckpt is not None:
@@ -322,17 +291,14 @@ def train(
         runner = RolloutRunner(cfg, policy)
         val_tasks: list[Task] = []
         if cfg.training.eval_every:
-            val_tasks, _ = _load_tasks(
-                cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"limit": cfg.eval.limit})}),
-                cfg.tasks.eval_split,
-            )
+            val_tasks = load_tasks(cfg.tasks.split_spec(cfg.tasks.eval_split), cfg.tasks.where, cfg.eval.limit)
         for step in range(trainer.step_count, cfg.training.steps):
             # ``step`` counts from 0 (seeds, task order); what is written and shown is ``step + 1``
             t0 = time.monotonic()
             step_dir = run.trajectories(step + 1)
             shutil.rmtree(step_dir, ignore_errors=True)  # a step killed midway is redone from scratch
             picked = step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
-            ready_tasks = [prepare(t) for t in picked]
+            ready_tasks = [source.materialize(t) for t in picked]
             in_rollouts = True
             trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console))
             in_rollouts = False

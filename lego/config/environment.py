@@ -230,11 +230,22 @@ class TasksConfig(Section):
     )
     split: str = Field("train", description="Split to sample training tasks from.")
     eval_split: str = Field("heldout", description="Split used for validation.")
-    limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")
+    limit: int | None = Field(
+        None,
+        ge=1,
+        description="Train on the first N tasks of the split (after tasks.where), in the source's order: the "
+        "rule of eval.limit and `lego eval --limit` too (lego.tasks.sources.pick_tasks). None: all.",
+    )
     where: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Keep only the tasks whose metadata[KEY] is one of the listed values, in every split (training, "
         "validation, `lego eval`, `lego bench learn`), e.g. {mutation_kind = ['and -> or', 'or -> and']}: the starter "
         "suite's boolean-logic bugs, the skill the warm start lacks (README). Empty: every task.",
     )
-    shuffle_seed: int = Field(0, description="Seeds the shuffle that picks tasks.limit tasks and the step order.")
+
+    def split_spec(self, split: str) -> str:
+        """The task-source spec of ``split``: ``source:split``, or ``source`` as given when it names its own
+        split (``tasks.jsonl:test``)."""
+        if ":" in self.source and not self.source.endswith(":"):
+            return self.source
+        return f"{self.source}:{split}"

@@ -151,7 +151,12 @@ class EvalConfig(Section):
         default_factory=lambda: ["lego-agent"], description="Harnesses to evaluate in (`lego eval --harness`)."
     )
     samples: int = Field(2, ge=1, description="N samples per task and cell.")
-    limit: int | None = Field(None, ge=1, description="Use the first N tasks (`lego eval --limit`). None: all.")
+    limit: int | None = Field(
+        None,
+        ge=1,
+        description="Evaluate the first N tasks (after tasks.where), in the source's order (`lego eval --limit`; a "
+        "run's validation takes the same N, so the two see the same tasks). None: all.",
+    )
     concurrency: int = Field(4, ge=1, description="Samples in flight at once (`lego eval --concurrency`).")
     temperature: float = Field(
         1.0, ge=0, description="Sampling temperature of every eval sample, whatever the harness asks."

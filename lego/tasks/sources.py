@@ -9,6 +9,10 @@ source it holds. Pick one by spec with :func:`load_source`: ``builtin``, ``built
 ``/path/tasks.jsonl``, ``/path/tasks.jsonl:test`` or a directory of Harbor task directories
 (:mod:`lego.tasks.harbor`).
 
+The tasks a run uses: :func:`pick_tasks` (records, materialised later) and :func:`load_tasks` (ready
+to run) are the one loader behind `lego train`, its validation, `lego eval` and the benches, so
+``tasks.where`` and a limit select the same tasks in all of them.
+
 Bad input: a malformed JSONL line is reported with its line number and the reason and skipped
 (``JsonlSource.errors`` keeps every report; ``strict=True`` raises on the first instead). A task
 whose repo is missing is still listed; :func:`require_repo` fails that one task with a clear error.
@@ -24,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lego.errors import TaskError
+from lego.errors import ConfigError, TaskError
 from lego.seams import TaskSource
 from lego.tasks import builtin, starter
 from lego.tasks.checkout import at_base_commit
@@ -34,7 +38,16 @@ from lego.tasks.realsuite import RealSource, materialize_real
 from lego.tasks.swebench_compat import REQUIRED_FIELDS
 from lego.types import Task
 
-__all__ = ["BuiltinSource", "JsonlSource", "StarterSource", "load_source", "require_repo", "select_tasks"]
+__all__ = [
+    "BuiltinSource",
+    "JsonlSource",
+    "StarterSource",
+    "load_source",
+    "load_tasks",
+    "pick_tasks",
+    "require_repo",
+    "select_tasks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -300,3 +313,30 @@ def select_tasks(tasks: list[Task], where: dict[str, list[str]]) -> list[Task]:
         raise TaskError(f"tasks.where: no task has metadata {missing}; the tasks have {sorted(known)}")
     allowed = {k: {str(v) for v in vals} for k, vals in where.items()}
     return [t for t in tasks if all(str(t.metadata.get(k)) in vals for k, vals in allowed.items())]
+
+
+def pick_tasks(
+    spec: str, where: dict[str, list[str]] | None = None, limit: int | None = None
+) -> tuple[list[Task], TaskSource]:
+    """The records of ``spec`` (a :func:`load_source` spec) that ``where`` keeps, then the first ``limit``
+    of them in the source's own order, and the source whose ``materialize`` makes one ready to run.
+
+    First N, not a sample: ``limit=N`` is a prefix of ``limit=M`` for M > N and of the whole split, so
+    a run's validation, `lego eval --limit N` on the same split and a bench see the same tasks, and a
+    suite that grows at its end keeps its first N. The shipped ``builtin`` and ``real`` suites list one
+    library's (project's) tasks together, so a small limit there covers few of them; the starter
+    suites interleave their mutation kinds. Problems with the spec or ``where`` are a ConfigError."""
+    try:
+        source = load_source(spec)
+        records = select_tasks(source.records(), where or {})
+    except TaskError as exc:
+        raise ConfigError(f"tasks {spec!r}: {exc}") from exc
+    if not records:
+        raise ConfigError(f"tasks {spec!r} holds no tasks" + (f" with tasks.where={where}" if where else ""))
+    return (records[:limit] if limit else records), source
+
+
+def load_tasks(spec: str, where: dict[str, list[str]] | None = None, limit: int | None = None) -> list[Task]:
+    """:func:`pick_tasks`, each task materialised (its repo or environment ready)."""
+    records, source = pick_tasks(spec, where, limit)
+    return [source.materialize(t) for t in records]

@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lego.conductor.cli.eval import eval_group, load_tasks, parse_policies, run_defaults
+from lego.conductor.cli.eval import eval_group
+from lego.conductor.evaluate import parse_policies, run_defaults
 from lego.config import LegoConfig
 from lego.errors import ConfigError
 from lego.eval.matrix import assign_bases, cell_metrics
 from lego.eval.report import render, render_dir
 from lego.eval.results import CHECKPOINT_META_FILE, EvalSpec, SampleKey, SampleResult, read_checkpoint_meta
 from lego.eval.runner import run_eval
+from lego.tasks.sources import load_tasks
 from lego.types import GradeResult, Segment, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -111,7 +113,7 @@ def test_cli_options_and_task_loading(tmp_path: Path) -> None:
     ]
     tasks.write_text("\n".join(t.model_dump_json() for t in rows) + "\n")
     assert [t.instance_id for t in load_tasks(f"{tasks}:a")] == ["t0", "t2", "t4"]
-    assert [t.instance_id for t in load_tasks(str(tasks), limit=2)] == ["t0", "t1"]
+    assert [t.instance_id for t in load_tasks(str(tasks), limit=2)] == ["t0", "t1"]  # the first N, in file order
     with pytest.raises(ConfigError, match="has no split 'zzz'"):
         load_tasks(f"{tasks}:zzz")
     with pytest.raises(ConfigError, match="unknown task source"):

@@ -43,10 +43,10 @@ HARNESS_NAMES = [
 
 def _distinct_tasks(n: int) -> list[Task]:
     """The first ``n`` held-out tasks whose problem statements differ (two tasks may share one)."""
-    from lego.conductor.cli.eval import load_tasks
+    from lego.tasks.sources import load_tasks
 
     picked: list[Task] = []
-    for task in load_tasks("builtin:heldout", 64):
+    for task in load_tasks("builtin:heldout", limit=64):
         if all(
             task.problem_statement not in t.problem_statement and t.problem_statement not in task.problem_statement
             for t in picked

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lego.conductor.cli.eval import eval_group, run_defaults
+from lego.conductor.cli.eval import eval_group
+from lego.conductor.evaluate import run_defaults
 from lego.conductor.loop import train
 from lego.conductor.step_plan import step_harnesses, trained_harness
 from lego.config import load_config, to_toml

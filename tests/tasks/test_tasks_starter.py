@@ -103,27 +103,35 @@ def test_cli_build_writes_the_same_file(tmp_path: Path, records: list[Task]):
 
 
 def test_tasks_where_selects_one_skill_in_every_split(isolated_cache: Path, tmp_path: Path):
-    """tasks.where keeps the tasks whose metadata matches, in training's and eval's loaders alike; a key no
-    task has is refused with the keys there are, and a selection that leaves nothing says so."""
-    from lego.conductor.cli.eval import load_tasks
-    from lego.conductor.loop import _load_tasks
+    """tasks.where keeps the tasks whose metadata matches, in the one loader training, validation and eval use;
+    a key no task has is refused with the keys there are, and a selection that leaves nothing says so."""
     from lego.config import load_config
     from lego.errors import ConfigError
+    from lego.tasks.sources import load_tasks, pick_tasks
 
     logic = "tasks.where={mutation_kind = ['and -> or', 'or -> and']}"
-    train, _ = _load_tasks(load_config(None, ["tasks.source=starter", logic]), "train", lazy=True)
+    cfg = load_config(None, ["tasks.source=starter", logic])
+    train, _ = pick_tasks(cfg.tasks.split_spec("train"), cfg.tasks.where)
     assert len(train) == 82 and {t.metadata["mutation_kind"] for t in train} == {"and -> or", "or -> and"}
-    heldout = load_tasks("starter:heldout", 3, load_config(None, [logic]).tasks.where)
+    heldout = load_tasks("starter:heldout", cfg.tasks.where, limit=3)
     assert len(heldout) == 3 and all(t.metadata["mutation_kind"] in ("and -> or", "or -> and") for t in heldout)
     assert all(Path(t.repo_path or "").is_dir() for t in heldout)  # materialised, ready to run
     with pytest.raises(ConfigError, match=r"no task has metadata \['kind'\]; the tasks have \[.*'mutation_kind'"):
-        _load_tasks(load_config(None, ["tasks.source=starter", "tasks.where={kind = ['x']}"]), "train", lazy=True)
+        pick_tasks("starter:train", {"kind": ["x"]})
     with pytest.raises(ConfigError, match=r"holds no tasks with tasks.where"):
-        _load_tasks(
-            load_config(None, ["tasks.source=starter", "tasks.where={mutation_kind = ['* -> /']}"]),
-            "heldout",
-            lazy=True,
-        )
+        pick_tasks("starter:heldout", {"mutation_kind": ["* -> /"]})
+
+
+def test_limit_is_the_first_n_in_the_sources_order(isolated_cache: Path):
+    """One meaning of a limit for training (tasks.limit), validation and `lego eval` (eval.limit): the first
+    N of the selected tasks in the source's order, so a smaller limit is a prefix of a larger one."""
+    from lego.tasks.sources import pick_tasks
+
+    where = {"mutation_kind": ["and -> or", "or -> and"]}
+    every, _ = pick_tasks("starter:heldout", where)
+    for n in (1, 5, len(every) + 3):
+        first, _ = pick_tasks("starter:heldout", where, limit=n)
+        assert [t.instance_id for t in first] == [t.instance_id for t in every[:n]]
 
 
 def test_boundary_suite_plants_off_by_one_bounds_the_negation_does_not_fix(isolated_cache: Path, tmp_path: Path):

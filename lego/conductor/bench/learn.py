@@ -113,10 +113,10 @@ def run_bench(
         run_confirm,
         run_sweep,
     )
-    from lego.conductor.cli.eval import load_tasks
     from lego.conductor.loop import train
     from lego.config import load_config
     from lego.io import read_jsonl
+    from lego.tasks.sources import load_tasks
 
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
@@ -131,7 +131,7 @@ def run_bench(
             f"training.seed={seed}",
         ],
     )
-    tasks = load_tasks(f"{cfg.tasks.source}:{cfg.tasks.eval_split}", limit, cfg.tasks.where)
+    tasks = load_tasks(cfg.tasks.split_spec(cfg.tasks.eval_split), cfg.tasks.where, limit)
     start_model = cfg.engine.model
     temps = list(cfg.eval.temperatures)
     n = cfg.eval.sweep_samples
