@@ -17,7 +17,9 @@ The proxy has two faces, two apps over one :class:`~lego.proxies.service.ProxySe
   same model routes, with and without the ``/s/{session}`` prefix (no prefix: the ``default``
   session; unknown sessions are created on first use unless ``strict_sessions``), plus
   ``GET /healthz``, ``GET /s/{session}/trajectory``, ``POST /s/{session}`` (open a session; returns
-  its model-face token) and ``DELETE /s/{session}``. ``proxy.api_key``, when set, guards all of it.
+  its model-face token), ``DELETE /s/{session}`` and ``POST /s/{session}/feedback`` (a person's
+  +1/-1 on a turn, kept by the service's turn sink: ``lego serve``; 404 without one).
+  ``proxy.api_key``, when set, guards all of it.
 
 Every request is answered: a bad one gets the calling API's own error shape and status (400
 invalid request, 401 bad key, 404 unknown session or route, 405 wrong method, 413 body too large,
@@ -53,6 +55,7 @@ from lego.proxies.errors import Api, ApiError, error_body
 from lego.proxies.response_store import ResponseStore
 from lego.proxies.routing import Face, FaceRouting, error_response
 from lego.proxies.service import ChatResult, ProxyService
+from lego.proxies.turns import FeedbackBody
 from lego.types import SessionSpec
 
 __all__ = ["CONTROL_ROUTES", "MODEL_ROUTES", "Face", "RouteSpec", "build_app"]
@@ -203,6 +206,17 @@ class FaceHandlers:
             raise ApiError(400, str(exc)) from exc
         return JSONResponse({"session_id": s.id, "token": s.token})
 
+    async def feedback(self, request: Request) -> Response:
+        """``POST /s/{session}/feedback`` (:class:`~lego.proxies.turns.FeedbackBody`): kept by the turn sink."""
+        sink = self.service.turn_sink
+        if sink is None:
+            raise ApiError(404, "this proxy keeps no turns; feedback is recorded by `lego serve`", "not_found")
+        body = self.routing.parse(FeedbackBody, await self.routing.read_json(request))
+        try:
+            return JSONResponse(await sink.feedback(_named_session(request), body))
+        except KeyError as exc:
+            raise ApiError(404, str(exc.args[0]), "not_found") from exc
+
     async def delete_session(self, request: Request) -> Response:
         sid = _named_session(request)
         if not self.service.close_session(sid):
@@ -251,6 +265,7 @@ CONTROL_ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("/s/{session}/trajectory", "GET", FaceHandlers.trajectory, "chat"),
     RouteSpec("/s/{session}", "POST", FaceHandlers.open_session, "chat"),
     RouteSpec("/s/{session}", "DELETE", FaceHandlers.delete_session, "chat"),
+    RouteSpec("/s/{session}/feedback", "POST", FaceHandlers.feedback, "chat"),
 )
 """The control face's own routes (after the model routes; ``GET /healthz`` comes first)."""
 

@@ -51,6 +51,7 @@ from lego.errors import ConfigError
 from lego.io import atomic_write_json
 from lego.proxies.app import build_app
 from lego.proxies.service import ChatFormatLike, ProxyService, takes_answer
+from lego.proxies.turns import TurnSink
 from lego.seams import Engine
 from lego.types import Endpoint, SessionSpec, Trajectory
 
@@ -90,7 +91,8 @@ class ProxyServer:
     """The recording proxy as a background server (see the module docstring).
 
     ``model_uds``: where the model face's Unix socket goes; default: ``model.sock`` in a private
-    temp dir this server creates and removes."""
+    temp dir this server creates and removes. ``turn_sink``: keeps every completed turn before its
+    reply is returned (``lego serve``'s store; :mod:`lego.proxies.turns`)."""
 
     def __init__(
         self,
@@ -99,9 +101,10 @@ class ProxyServer:
         config: ProxyConfig | None = None,
         *,
         model_uds: str | Path | None = None,
+        turn_sink: TurnSink | None = None,
     ) -> None:
         self.config = config or ProxyConfig()
-        self.service = ProxyService(engine, chat_format, self.config)
+        self.service = ProxyService(engine, chat_format, self.config, turn_sink)
         self.app = build_app(self.service, "control")
         self.model_app = build_app(self.service, "model")
         self._model_uds_arg = str(model_uds) if model_uds is not None else None

@@ -44,6 +44,7 @@ from lego.proxies.sampling import apply_stop, sampling_params, token_logprobs
 from lego.proxies.sessions import Session, token_digest
 from lego.proxies.streaming import DeltaSink, TextDeltas
 from lego.proxies.tool_choice import check_tool_choice, end_after_first_call, forced_prefix, forced_regex
+from lego.proxies.turns import CompletedTurn, TurnSink
 from lego.seams import Engine, TokenSink
 from lego.types import RequestContext, SessionSpec, Trajectory
 
@@ -61,10 +62,18 @@ def takes_answer(engine: Engine) -> bool:
 class ProxyService:
     """Sessions and the generation flow, shared by all routes (see the module docstring)."""
 
-    def __init__(self, engine: Engine, chat_format: ChatFormatLike, config: ProxyConfig | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        chat_format: ChatFormatLike,
+        config: ProxyConfig | None = None,
+        turn_sink: TurnSink | None = None,
+    ) -> None:
         self.engine = engine
         self.chat = chat_format
         self.config = config or ProxyConfig()
+        self.turn_sink = turn_sink
+        """Awaited with every completed turn before its reply is returned (:mod:`lego.proxies.turns`)."""
         self.sessions: dict[str, Session] = {}
         self._by_token: dict[bytes, Session] = {}  # sha256(token) -> session; the model face's only way in
         self.ping_interval_s = 10.0
@@ -279,7 +288,27 @@ class ProxyService:
             parse_errors = len(parsed.parse_errors)
             rec.commit(call, gen, message, parse_failures=parse_errors)
             rec.counters["hosted_tools_dropped"] += len(req.dropped_tools)  # see lego.proxies.wire.HOSTED_TOOLS
-        finish = "tool_calls" if message.get("tool_calls") else ("length" if gen.finish_reason == "length" else "stop")
+            finish = (
+                "tool_calls" if message.get("tool_calls") else ("length" if gen.finish_reason == "length" else "stop")
+            )
+            if self.turn_sink is not None:  # inside the thread's lock: a thread's turns are kept in order
+                turn = CompletedTurn(
+                    session_id=s.id,
+                    thread=key,
+                    main=main,
+                    api=api,
+                    messages=req.messages,
+                    tools=req.tools,
+                    reply=message,
+                    reasoning=str(parsed.reasoning or ""),
+                    prompt_ids=list(call.prompt_ids),
+                    output_ids=list(gen.token_ids),
+                    logprobs=list(gen.logprobs),
+                    finish_reason=finish,
+                    policy_version=gen.policy_version,
+                    constrained=gen.constrained,
+                )
+                await self._keep(s, turn)
         total = time.perf_counter() - t0
         s.engine_time_s += engine_s
         s.proxy_time_s += total - engine_s
@@ -298,6 +327,16 @@ class ProxyService:
             token_logprobs=token_logprobs(self.chat, gen, str(message.get("content") or "")) if req.logprobs else None,
             prefill=req.prefill,
         )
+
+    async def _keep(self, s: Session, turn: CompletedTurn) -> None:
+        """Hand the turn to the sink; a sink that fails makes the call fail (never acknowledged unkept)."""
+        assert self.turn_sink is not None
+        try:
+            await self.turn_sink.turn_completed(turn, s.token)
+        except Exception as exc:
+            raise ApiError(
+                503, f"the reply could not be stored ({type(exc).__name__}: {exc}); retry", "unavailable", retry_after=2
+            ) from exc
 
     def _overflow(self, s: Session, main: bool, message: str) -> ApiError:
         s.recorder.note_overflow()

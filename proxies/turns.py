@@ -1,0 +1,64 @@
+"""The proxy's hook for whoever keeps completed turns (``lego serve``'s store): a record and a Protocol.
+
+The proxy itself keeps nothing on disk. A :class:`TurnSink` handed to
+:class:`~lego.proxies.service.ProxyService` is awaited once per completed generation, after the
+recorder committed it and *before* the reply is returned (a stream's closing event included), so a
+sink that writes durably makes "the client saw the whole reply" imply "the turn is stored". A sink
+that raises turns the call into a 503 the client sees: a turn is never acknowledged unstored.
+
+The control face's ``POST /s/{session}/feedback`` hands the body (:class:`FeedbackBody`) to the same
+sink. Both live here so the proxy need not import what implements them (lego.learn imports this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CompletedTurn", "FeedbackBody", "TurnSink"]
+
+
+@dataclass(frozen=True)
+class CompletedTurn:
+    """One served generation as the policy saw and wrote it.
+
+    ``prompt_ids``: the engine's prompt (the chat template's render of ``messages`` and ``tools``,
+    forced tool-call openings included); ``output_ids`` / ``logprobs``: what the policy sampled, each
+    token's logprob; ``reply``: the assistant message the client got (OpenAI chat shape)."""
+
+    session_id: str
+    thread: str
+    main: bool
+    api: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    reply: dict[str, Any]
+    reasoning: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    policy_version: int
+    constrained: bool
+    """Decoded under a forced tool call's grammar: not drawn from the policy, never trained on."""
+
+
+class FeedbackBody(BaseModel):
+    """``POST /s/{session}/feedback``: a person's verdict on a turn (the session's last one if ``turn`` is None)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    score: Literal[-1, 1]
+    turn: int | None = Field(None, ge=0)
+    text: str = ""
+
+
+class TurnSink(Protocol):
+    """Keeps completed turns and feedback (see the module docstring). ``session_key`` is the key the
+    harness sent (the session's token): never written, and redacted wherever it is echoed."""
+
+    async def turn_completed(self, turn: CompletedTurn, session_key: str) -> None: ...
+
+    async def feedback(self, session_id: str, body: FeedbackBody) -> dict[str, Any]: ...
