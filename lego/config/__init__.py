@@ -6,7 +6,7 @@ field"s dotted name and the fix (for a misspelt key, the nearest valid name).
 
 One place to import from (``from lego.config import X``); the sections live by what they configure:
 :mod:`~lego.config.serving` (engine, proxy), :mod:`~lego.config.environment` (sandbox, guards, harness,
-tasks), :mod:`~lego.config.training` (algorithm, training, eval, sft) and :mod:`~lego.config.loading`
+tasks), :mod:`~lego.config.training` (algorithm, training, eval, sft), :mod:`~lego.config.learning` (serve) and :mod:`~lego.config.loading`
 (the whole :class:`LegoConfig`, files, overrides, the field reference).
 """
 
@@ -22,6 +22,7 @@ from lego.config.environment import (
     SandboxConfig,
     TasksConfig,
 )
+from lego.config.learning import ServeConfig
 from lego.config.loading import (
     FieldDoc,
     LegoConfig,
@@ -62,6 +63,7 @@ __all__ = [
     "ProxyConfig",
     "SFTConfig",
     "SandboxConfig",
+    "ServeConfig",
     "TasksConfig",
     "TrainingConfig",
     "apply_overrides",

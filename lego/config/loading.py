@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from lego.config.base import Section
 from lego.config.environment import HARNESS_OPTIONS, GuardsConfig, HarnessConfig, SandboxConfig, TasksConfig
+from lego.config.learning import ServeConfig
 from lego.config.serving import EngineConfig, ProxyConfig
 from lego.config.training import AlgorithmConfig, EvalConfig, SFTConfig, TrainingConfig
 from lego.errors import ConfigError
@@ -46,6 +47,7 @@ class LegoConfig(Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
     @model_validator(mode="after")
     def _combinations(self) -> LegoConfig:

@@ -1,0 +1,90 @@
+"""The records of the learn room: a turn as written (:class:`TurnRecord`, its :class:`TokenRecord`),
+feedback on it, a registered session. Frozen: what a reader of the store gets cannot be changed under it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Feedback", "SessionRow", "TokenRecord", "TurnRecord"]
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A turn's tokens as the policy saw and sampled them: the engine prompt, the sampled ids and each one's logprob."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """A person's verdict on a turn."""
+
+    session_id: str
+    turn: int
+    score: int
+    text: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One completed turn as written (already redacted). ``tokens`` None: the turn's text held a
+    secret, so its ids were not kept (the text is, redacted); ``redactions`` counts what was replaced."""
+
+    session_id: str
+    thread: str
+    main: bool
+    api: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    reply: dict[str, Any]
+    reasoning: str
+    tokens: TokenRecord | None
+    finish_reason: str
+    policy_version: int
+    constrained: bool
+    redactions: int
+    created_at: float = field(default_factory=time.time)
+    index: int | None = None
+    """The turn's place in its session (0, 1, ...), set by the store."""
+    feedback: tuple[Feedback, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The turn as one JSON object (`lego serve export`)."""
+        tokens = self.tokens
+        return {
+            "session_id": self.session_id,
+            "turn": self.index,
+            "created_at": self.created_at,
+            "thread": self.thread,
+            "main": self.main,
+            "api": self.api,
+            "messages": self.messages,
+            "tools": self.tools,
+            "reply": self.reply,
+            "reasoning": self.reasoning,
+            "prompt_ids": tokens.prompt_ids if tokens else None,
+            "output_ids": tokens.output_ids if tokens else None,
+            "logprobs": tokens.logprobs if tokens else None,
+            "finish_reason": self.finish_reason,
+            "policy_version": self.policy_version,
+            "constrained": self.constrained,
+            "redactions": self.redactions,
+            "feedback": [{"score": f.score, "text": f.text, "created_at": f.created_at} for f in self.feedback],
+        }
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """A registered session: ``turns`` written (or, for a private one, served and not written)."""
+
+    id: str
+    private: bool
+    label: str
+    created_at: float
+    turns: int
+    feedback: int

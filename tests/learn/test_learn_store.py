@@ -1,0 +1,139 @@
+"""The SQLite store on its own: round trip, opt-in, privacy, feedback, retention, purge down to the file bytes."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lego.learn.records import TokenRecord, TurnRecord
+from lego.learn.store import NotRecordedError, SqliteStore
+
+
+def record(session_id: str, text: str = "hello", *, tokens: bool = True, created_at: float | None = None) -> TurnRecord:
+    return TurnRecord(
+        session_id=session_id,
+        thread="main",
+        main=True,
+        api="chat",
+        messages=[{"role": "user", "content": text}],
+        tools=[],
+        reply={"role": "assistant", "content": f"re: {text}"},
+        reasoning="",
+        tokens=TokenRecord(prompt_ids=[1, 2, 70000], output_ids=[5, 6], logprobs=[-0.25, -1.5]) if tokens else None,
+        finish_reason="stop",
+        policy_version=3,
+        constrained=False,
+        redactions=0 if tokens else 1,
+        created_at=time.time() if created_at is None else created_at,
+    )
+
+
+def test_a_turn_round_trips_with_exact_ids_and_logprobs(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "learn.db")
+    store.register_session("a", private=False, label="fix it")
+    assert store.add_turn(record("a", "one")) == 0
+    assert store.add_turn(record("a", "two", tokens=False)) == 1
+    store.close()
+    store = SqliteStore(tmp_path / "learn.db")  # a fresh connection reads what was committed
+    turns = list(store.iter_turns())
+    assert [t.index for t in turns] == [0, 1]
+    assert turns[0].tokens == TokenRecord(prompt_ids=[1, 2, 70000], output_ids=[5, 6], logprobs=[-0.25, -1.5])
+    assert turns[0].messages == [{"role": "user", "content": "one"}] and turns[0].policy_version == 3
+    assert turns[1].tokens is None
+    assert [t.index for t in store.iter_turns(with_tokens=True)] == [0]
+    (row,) = store.sessions()
+    assert (row.id, row.private, row.label, row.turns) == ("a", False, "fix it", 2)
+    mode = sqlite3.connect(tmp_path / "learn.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_only_registered_sessions_are_written_and_a_private_one_only_counted(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "learn.db")
+    with pytest.raises(NotRecordedError, match="not registered"):
+        store.add_turn(record("stranger"))
+    store.register_session("p", private=True, label="my secret project")
+    with pytest.raises(NotRecordedError, match="private"):
+        store.add_turn(record("p", "private words"))
+    store.count_private_turn("p")
+    store.register_session("p", private=False)  # privacy is never lowered
+    store.register_session("q", private=False)
+    store.add_turn(record("q", "public words"))
+    assert [t.session_id for t in store.iter_turns()] == ["q"]
+    rows = {r.id: r for r in store.sessions()}
+    assert rows["p"].private and rows["p"].turns == 1 and rows["p"].label == ""
+    with pytest.raises(KeyError, match="private"):
+        store.add_feedback("p", None, 1, "")
+    store.close()
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("learn.db*"))
+    assert b"private words" not in data and b"my secret project" not in data
+    assert b"public words" in data
+
+
+def test_feedback_sits_beside_its_turn_and_defaults_to_the_last(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "learn.db")
+    store.register_session("a", private=False)
+    with pytest.raises(KeyError, match="no turns"):
+        store.add_feedback("a", None, 1, "")
+    for text in ("x", "y", "z"):
+        store.add_turn(record("a", text))
+    assert store.add_feedback("a", None, 1, "good").turn == 2
+    store.add_feedback("a", 0, -1, "wrong file")
+    with pytest.raises(KeyError, match="no turn 7"):
+        store.add_feedback("a", 7, 1, "")
+    with pytest.raises(KeyError, match="no recorded session"):
+        store.add_feedback("nope", None, 1, "")
+    by_turn = {t.index: [(f.score, f.text) for f in t.feedback] for t in store.iter_turns()}
+    assert by_turn == {0: [(-1, "wrong file")], 1: [], 2: [(1, "good")]}
+    assert store.sessions()[0].feedback == 2
+
+
+def test_retention_deletes_old_turns_and_purge_leaves_no_byte_of_them(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "learn.db")
+    store.register_session("a", private=False)
+    store.register_session("b", private=False)
+    old = time.time() - 40 * 86400
+    store.add_turn(record("a", "ancient-marker-text", created_at=old))
+    store.add_turn(record("a", "recent-marker-text"))
+    store.add_turn(record("b", "other-session-marker"))
+    store.add_feedback("a", 0, 1, "old-feedback-marker")
+    assert store.delete_before(time.time() - 30 * 86400) == 1
+    assert [t.messages[0]["content"] for t in store.iter_turns(session_id="a")] == ["recent-marker-text"]
+
+    def files() -> bytes:
+        return b"".join(p.read_bytes() for p in tmp_path.glob("learn.db*"))
+
+    assert b"ancient-marker-text" not in files() and b"old-feedback-marker" not in files()
+    assert store.purge("a") == 1
+    assert b"recent-marker-text" not in files() and b"other-session-marker" in files()
+    assert [r.id for r in store.sessions()] == ["b"]
+    assert store.purge() == 1
+    assert b"other-session-marker" not in files()
+    assert list(store.iter_turns()) == []
+
+
+def test_turn_indices_stay_dense_under_concurrent_writers(tmp_path: Path) -> None:
+    import threading
+
+    store = SqliteStore(tmp_path / "learn.db")
+    store.register_session("a", private=False)
+    other = SqliteStore(tmp_path / "learn.db")  # a second process's connection, as the CLI's
+    errors: list[Any] = []
+
+    def write(s: SqliteStore) -> None:
+        try:
+            for i in range(20):
+                s.add_turn(record("a", str(i)))
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in (store, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert [t.index for t in store.iter_turns()] == list(range(40))
