@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("lego.conductor.cli.models:models_group", "Build, import and check models."),
     "generate": ("lego.conductor.cli.models:generate", "Sample one completion from a model."),
     "proxy": ("lego.conductor.cli.proxy:proxy", "Serve a policy to any harness and record its calls."),
+    "serve": ("lego.conductor.cli.serve:serve_group", "Serve your own harnesses; record the sessions you opt in."),
+    "feedback": ("lego.conductor.cli.serve:feedback", "Keep +1/-1 (and a note) on a turn of a recorded session."),
     "tasks": ("lego.conductor.cli.tasks:tasks_group", "List, build, make and validate tasks."),
     "harness": ("lego.conductor.cli.harness:harness_group", "List and install agent harnesses."),
     "run": ("lego.conductor.cli.run:run", "Run ONE rollout and print its reward."),

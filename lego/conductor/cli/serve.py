@@ -1,0 +1,284 @@
+"""`lego serve` (the recording endpoint for your own harnesses, its sessions, export and purge) and `lego feedback`.
+
+The command parses, builds and prints; what it runs is :mod:`lego.learn` (the server, the store,
+redaction).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from lego.conductor.cli.basic import flag_overrides, override_option
+
+if TYPE_CHECKING:
+    from lego.config import LegoConfig
+
+__all__ = ["feedback", "serve_group"]
+
+
+def _config(config: str | None, overrides: tuple[str, ...], flags: dict[str, Any] | None = None) -> LegoConfig:
+    from lego.config import load_config
+    from lego.errors import ConfigError
+
+    try:
+        return load_config(config, [*overrides, *flag_overrides(flags or {})])
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+_config_option = click.option(
+    "--config", "config", type=click.Path(exists=True, dir_okay=False), default=None, help="A lego config file."
+)
+_dir_option = click.option(
+    "--dir", "directory", default=None, help="serve.dir: the serve directory (default: <data dir>/serve)."
+)
+
+
+@click.group("serve", invoke_without_command=True)
+@_config_option
+@override_option("-o serve.port=8300 -o serve.retention_days=7")
+@_dir_option
+@click.option("--model", default=None, help="Shortcut for engine.model: an HF model directory, or 'default'.")
+@click.option("--engine", "engine_kind", type=click.Choice(["transformers", "vllm"]), default=None, help="engine.kind")
+@click.option("--vllm-url", default=None, help="engine.vllm_url: base URL of `vllm serve` (with --engine vllm).")
+@click.option("--host", default=None, help="serve.host: the model face's address (default 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="serve.port (default 8200; 0: a free one).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="engine.device")
+@click.pass_context
+def serve_group(
+    ctx: click.Context,
+    config: str | None,
+    overrides: tuple[str, ...],
+    directory: str | None,
+    model: str | None,
+    engine_kind: str | None,
+    vllm_url: str | None,
+    host: str | None,
+    port: int | None,
+    device: str | None,
+) -> None:
+    """Serve the policy to your own harnesses and record the sessions you opt in, to learn from use.
+
+    \b
+    lego serve --model PATH                 start the endpoint (Ctrl-C stops it)
+    eval "$(lego serve session new)"        open a recorded session: exports OPENAI_/ANTHROPIC_ BASE_URL and API_KEY
+    lego serve session new --private        served, never written (only counted)
+    lego feedback SESSION [TURN] +1|-1 [TEXT]
+    lego serve export OUT.jsonl             every recorded turn with its feedback
+    lego serve purge --session S | --all    delete what was recorded
+
+    Point any harness at the session's base URL with the session's key as its API key: every
+    completed turn (messages, reply, the token ids and logprobs) is redacted (API keys, tokens,
+    private keys, secret KEY=value lines, the key itself) and committed to <dir>/learn.db before
+    the reply is returned. A turn whose token ids would hold a secret is kept without them.
+    Nothing leaves the machine; turns older than serve.retention_days are deleted.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["config"] = (config, overrides, {"serve.dir": directory})
+    if ctx.invoked_subcommand is not None:
+        return
+    flags = {
+        "serve.dir": directory,
+        "engine.model": model,
+        "engine.kind": engine_kind,
+        "engine.vllm_url": vllm_url,
+        "engine.device": device,
+        "serve.host": host,
+        "serve.port": port,
+    }
+    cfg = _config(config, overrides, flags)
+    from lego.engines import build_engine
+    from lego.learn.server import LearnServer
+    from lego.models.chat import ChatFormat
+    from lego.models.tiny import resolve_model
+
+    ecfg = cfg.engine
+    engine = build_engine(ecfg)
+    chat_format = ChatFormat.from_pretrained(resolve_model(ecfg.model), ecfg.chat_template, ecfg.tool_parser)
+    server = LearnServer(engine, chat_format, cfg.proxy, cfg.serve)
+    server.start()
+    days = cfg.serve.retention_days
+    click.echo(f"lego serve: {ecfg.model} ({ecfg.kind}); store {server.dir / 'learn.db'}")
+    click.echo(f"  model face:    {server.model_url}/v1  (a session's key as the API key)")
+    click.echo(f"  control face:  {server.control_uds}")
+    click.echo(f"  retention:     {'until purged' if days is None else f'{days:g} days'}")
+    click.echo('open a session: eval "$(lego serve session new)"   Ctrl-C to stop.')
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    # As `lego proxy`: SIGINT may be inherited ignored in a background job, and SIGTERM is what kill sends.
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(timeout=1.0):
+            pass
+        click.echo("stopping")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.stop()
+
+
+def _serve_config(ctx: click.Context) -> LegoConfig:
+    config, overrides, flags = ctx.obj["config"]
+    return _config(config, overrides, flags)
+
+
+@serve_group.group("session")
+def session_group() -> None:
+    """Open, list and end sessions of a running `lego serve`."""
+
+
+@session_group.command("new")
+@click.option("--private", is_flag=True, help="Serve it but never write it (only a turn count is kept).")
+@click.option("--label", default="", help="A note kept with the session (not for private ones).")
+@click.option("--id", "session_id", default=None, help="The session's id (default: a fresh s-XXXXXXXX).")
+@click.pass_context
+def session_new(ctx: click.Context, private: bool, label: str, session_id: str | None) -> None:
+    """Open a session on the running server; prints `export` lines for your harness (stdout) and what it is (stderr).
+
+    \b
+    eval "$(lego serve session new)" && codex    # or claude, aider, mini, ...
+    """
+    from lego.learn.server import ControlClient, serve_dir
+
+    cfg = _serve_config(ctx)
+    client = ControlClient.connect(serve_dir(cfg.serve), cfg.proxy.api_key)
+    try:
+        opened = client.new_session(private=private, label=label, session_id=session_id)
+    finally:
+        client.close()
+    what = "private: served, never written" if private else "recorded, redacted before writing"
+    click.echo(f"session {opened.row.id} opened ({what}); its key works until lego serve stops", err=True)
+    for name, value in opened.env().items():
+        click.echo(f"export {name}={value}")
+
+
+@session_group.command("list")
+@click.pass_context
+def session_list(ctx: click.Context) -> None:
+    """The sessions in the store: id, private, turns, feedback, created, label."""
+    from lego.learn.server import open_store
+
+    store = open_store(_serve_config(ctx).serve)
+    try:
+        rows = store.sessions()
+    finally:
+        store.close()
+    if not rows:
+        click.echo("no sessions; open one with `lego serve session new`")
+    for r in rows:
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
+        kind = "private" if r.private else "recorded"
+        click.echo(f"{r.id}  {kind:8}  turns {r.turns:4}  feedback {r.feedback:3}  {created}  {r.label}")
+
+
+@session_group.command("end")
+@click.argument("session_id")
+@click.pass_context
+def session_end(ctx: click.Context, session_id: str) -> None:
+    """Revoke SESSION_ID's key on the running server (what it recorded stays; purge deletes it)."""
+    from lego.learn.server import ControlClient, serve_dir
+
+    cfg = _serve_config(ctx)
+    client = ControlClient.connect(serve_dir(cfg.serve), cfg.proxy.api_key)
+    try:
+        if not client.end_session(session_id):
+            raise click.ClickException(f"no open session {session_id!r} on the running server")
+    finally:
+        client.close()
+    click.echo(f"session {session_id} ended")
+
+
+@serve_group.command("export")
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--session", "session_id", default=None, help="Only this session.")
+@click.pass_context
+def export(ctx: click.Context, out: str, session_id: str | None) -> None:
+    """Write every recorded turn (redacted, with its feedback) to OUT as JSON lines; private sessions have none."""
+    from lego.io import atomic_write_text
+    from lego.learn.server import open_store
+
+    store = open_store(_serve_config(ctx).serve)
+    try:
+        lines = [json.dumps(t.to_json(), ensure_ascii=False) for t in store.iter_turns(session_id=session_id)]
+    finally:
+        store.close()
+    atomic_write_text(out, "".join(line + "\n" for line in lines))
+    click.echo(f"{len(lines)} turns -> {Path(out)}")
+
+
+@serve_group.command("purge")
+@click.option("--session", "session_id", default=None, help="Delete this session.")
+@click.option("--all", "everything", is_flag=True, help="Delete every session.")
+@click.option("--yes", is_flag=True, help="Do not ask (with --all).")
+@click.pass_context
+def purge(ctx: click.Context, session_id: str | None, everything: bool, yes: bool) -> None:
+    """Delete a session's (or every session's) turns and feedback from the store, overwritten on disk."""
+    from lego.learn.server import open_store
+
+    if (session_id is None) == (not everything):
+        raise click.UsageError("pass exactly one of --session S or --all")
+    if everything and not yes:
+        click.confirm("delete every recorded session?", abort=True)
+    store = open_store(_serve_config(ctx).serve)
+    try:
+        n = store.purge(session_id)
+    finally:
+        store.close()
+    if session_id is not None and n == 0:
+        raise click.ClickException(f"no session {session_id!r} in the store; `lego serve session list` shows them")
+    click.echo(f"purged {n} session{'s' if n != 1 else ''}")
+
+
+def _parse_feedback(args: tuple[str, ...]) -> tuple[int | None, int, str]:
+    """``[TURN] +1|-1 [TEXT...]`` (a score is +1, 1, -1, up or down)."""
+    scores = {"+1": 1, "1": 1, "up": 1, "-1": -1, "down": -1}
+    rest = list(args)
+    turn: int | None = None
+    if len(rest) >= 2 and rest[0].isdigit() and rest[1] in scores:
+        turn = int(rest.pop(0))
+    if not rest or rest[0] not in scores:
+        raise click.UsageError(
+            "usage: lego feedback SESSION [TURN] +1|-1 [TEXT]  (e.g. lego feedback s-1a2b 3 -1 'wrong file')"
+        )
+    score = scores[rest.pop(0)]
+    return turn, score, " ".join(rest)
+
+
+@click.command("feedback", context_settings={"ignore_unknown_options": True})
+@click.argument("session_id")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@_config_option
+@_dir_option
+def feedback(session_id: str, args: tuple[str, ...], config: str | None, directory: str | None) -> None:
+    """Keep your verdict on a turn of a recorded session: lego feedback SESSION [TURN] +1|-1 [TEXT].
+
+    \b
+    lego feedback s-1a2b +1                        the session's last turn was good
+    lego feedback s-1a2b 3 -1 "edited the wrong file"
+
+    TURN counts from 0 (`lego serve export` shows each turn's number); without it, the last turn.
+    Written to the store directly (redacted), whether or not `lego serve` runs.
+    """
+    from lego.learn.redact import Redactor
+    from lego.learn.server import open_store
+
+    turn, score, text = _parse_feedback(args)
+    cfg = _config(config, (), {"serve.dir": directory})
+    store = open_store(cfg.serve)
+    try:
+        fb = store.add_feedback(session_id, turn, score, Redactor(cfg.serve.redact_literals).redact(text)[0])
+    except KeyError as exc:
+        raise click.ClickException(str(exc.args[0])) from exc
+    finally:
+        store.close()
+    click.echo(f"feedback {fb.score:+d} on {fb.session_id} turn {fb.turn}")
