@@ -205,10 +205,17 @@ class SamplingParams(BaseModel):
 
 
 class Generation(BaseModel):
-    """What the engine returns for one prompt: the sampled ids and each one's logprob.
+    """What the engine returns for one prompt: the sampled ids, each one's logprob and the policy
+    version that sampled it.
 
     ``logprobs[i]`` is log p(token_ids[i] | prefix) under the distribution the engine documents
-    (for lego's engines: softmax(logits / temperature) before any top-p / top-k truncation).
+    (for lego's engines: softmax(logits / temperature) before any top-p / top-k truncation), with
+    the weights of version ``versions[i]``. A generation that spans a weight update (the in-process
+    engine swaps weights between decode steps) carries the boundary: ``versions`` steps up where the
+    new weights took over. ``policy_version`` is the version of its first token. A record without
+    ``versions`` (an engine that reports one version per response, an older record) means every
+    token has ``policy_version``; validation fills the list in, so a reader always finds one entry
+    per token.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -217,6 +224,9 @@ class Generation(BaseModel):
     logprobs: list[float]
     finish_reason: FinishReason
     policy_version: int = 0
+    versions: list[int] = Field(
+        default_factory=list, description="The policy version that sampled each token (parallel to token_ids)."
+    )
     prompt_tokens: int = 0
     engine_time_s: float = 0.0
     constrained: bool = False
@@ -225,9 +235,31 @@ class Generation(BaseModel):
 
     @model_validator(mode="after")
     def _lengths(self) -> Generation:
-        if len(self.token_ids) != len(self.logprobs):
-            raise ValueError(f"{len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs")
+        n = len(self.token_ids)
+        if n != len(self.logprobs):
+            raise ValueError(f"{n} token_ids but {len(self.logprobs)} logprobs")
+        if not self.versions:
+            self.versions = [self.policy_version] * n
+        elif len(self.versions) != n:
+            raise ValueError(f"{n} token_ids but {len(self.versions)} versions")
+        elif "policy_version" not in self.model_fields_set:
+            self.policy_version = self.versions[0]
+        elif self.versions[0] != self.policy_version:
+            raise ValueError(
+                f"policy_version={self.policy_version} but the first token's version is {self.versions[0]}"
+            )
         return self
+
+    def cut(self, n: int, finish_reason: FinishReason) -> Generation:
+        """The first ``n`` tokens (with their logprobs and versions), ending with ``finish_reason``."""
+        return self.model_copy(
+            update={
+                "token_ids": self.token_ids[:n],
+                "logprobs": self.logprobs[:n],
+                "versions": self.versions[:n],
+                "finish_reason": finish_reason,
+            }
+        )
 
 
 class Segment(BaseModel):
@@ -289,6 +321,9 @@ class DiscardedGeneration(BaseModel):
     token_ids: list[int]
     logprobs: list[float]
     policy_version: int
+    versions: list[int] = Field(
+        default_factory=list, description="Each token's policy version; empty: all policy_version (older records)."
+    )
     reason: str
 
 

@@ -429,6 +429,7 @@ class SessionRecorder:
                     token_ids=seg.ids[start:end],
                     logprobs=seg.logprobs[start:end].tolist(),
                     policy_version=int(seg.versions[start]) if end > start else 0,
+                    versions=seg.versions[start:end].tolist(),
                     reason=call.reason or "exact retry",
                 )
             )
@@ -453,10 +454,10 @@ class SessionRecorder:
         if seg.prompt_len is None:
             seg.prompt_len = start
         if gen.constrained:
-            seg.extend_constrained(gen.token_ids, gen.logprobs, gen.policy_version)
+            seg.extend_constrained(gen.token_ids, gen.logprobs, gen.versions)
             self.counters["constrained_tokens"] += len(gen.token_ids)
         else:
-            seg.extend_sampled(gen.token_ids, gen.logprobs, gen.policy_version)
+            seg.extend_sampled(gen.token_ids, gen.logprobs, gen.versions)
         end = len(seg)
 
         snapshot = [*call.messages, assistant]

@@ -85,8 +85,7 @@ def apply_stop(chat: ChatFormatLike, gen: Generation, stops: list[str]) -> tuple
     at, _, first = min(hits)
     end = at + len(first)
     n = _covering(chat, gen.token_ids, end)
-    cut = gen.model_copy(update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"})
-    return cut, first
+    return gen.cut(n, "stop"), first
 
 
 def _offsets(chat: ChatFormatLike, ids: list[int]) -> list[int]:

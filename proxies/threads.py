@@ -128,21 +128,22 @@ class OpenSegment:
         self.logprobs.extend(array("d", [NO_LOGPROB]) * n)
         self.versions.extend(array("q", [-1]) * n)
 
-    def extend_sampled(self, ids: list[int], logprobs: list[float], version: int) -> None:
+    def extend_sampled(self, ids: list[int], logprobs: list[float], versions: list[int]) -> None:
+        """Tokens the policy sampled: mask 1, each with its logprob and the version that sampled it."""
         n = len(ids)
         self.ids.extend(ids)
         self.mask.extend(b"\x01" * n)
         self.logprobs.extend(logprobs)
-        self.versions.extend(array("q", [version]) * n)
+        self.versions.extend(versions)
 
-    def extend_constrained(self, ids: list[int], logprobs: list[float], version: int) -> None:
+    def extend_constrained(self, ids: list[int], logprobs: list[float], versions: list[int]) -> None:
         """Tokens drawn under a decoding constraint: mask 0 (never trained on), the engine's
-        logprobs and version kept, the span flagged."""
+        logprobs and versions kept, the span flagged."""
         start = len(self.ids)
         self.ids.extend(ids)
         self.mask.extend(bytes(len(ids)))
         self.logprobs.extend(logprobs)
-        self.versions.extend(array("q", [version]) * len(ids))
+        self.versions.extend(versions)
         if ids:
             self.constrained.append((start, len(self.ids)))
 

@@ -165,7 +165,4 @@ def end_after_first_call(chat: ChatFormatLike, gen: Generation) -> Generation:
     cut, hit = apply_stop(chat, gen.model_copy(update={"constrained": False}), [_CALL_CLOSE])
     if hit is None:
         return gen
-    n = len(cut.token_ids)
-    return gen.model_copy(
-        update={"token_ids": gen.token_ids[:n], "logprobs": gen.logprobs[:n], "finish_reason": "stop"}
-    )
+    return gen.cut(len(cut.token_ids), "stop")

@@ -63,6 +63,24 @@ def test_segment_checks_parallel_lists_and_sampled_logprobs() -> None:
 def test_generation_lengths_must_agree() -> None:
     with pytest.raises(ValidationError):
         Generation(token_ids=[1, 2], logprobs=[-0.1], finish_reason="stop")
+    with pytest.raises(ValidationError, match="versions"):
+        Generation(token_ids=[1, 2], logprobs=[-0.1, -0.2], versions=[0], finish_reason="stop")
+    with pytest.raises(ValidationError, match="first token"):
+        Generation(token_ids=[1, 2], logprobs=[-0.1, -0.2], versions=[1, 2], policy_version=2, finish_reason="stop")
+
+
+def test_generation_versions_per_token_round_trip_and_default_to_one_version() -> None:
+    """A weight swap mid-generation shows as a version step; a record with one version (vLLM's, an
+    older trajectory) means every token has it; a cut keeps ids, logprobs and versions together."""
+    gen = Generation(token_ids=[1, 2, 3], logprobs=[-0.1, -0.2, -0.3], versions=[4, 4, 5], finish_reason="length")
+    assert gen.policy_version == 4
+    assert Generation.model_validate_json(gen.model_dump_json()) == gen
+    old = Generation.model_validate(
+        {"token_ids": [1, 2], "logprobs": [-0.1, -0.2], "finish_reason": "stop", "policy_version": 7}
+    )
+    assert old.versions == [7, 7]
+    cut = gen.cut(2, "stop")
+    assert (cut.token_ids, cut.logprobs, cut.versions, cut.finish_reason) == ([1, 2], [-0.1, -0.2], [4, 4], "stop")
 
 
 def test_trajectory_round_trip_and_infra_flag() -> None:

@@ -70,6 +70,23 @@ def test_windowed_rendering_equals_the_templates_own_tokens(chat_format: Any) ->
     )
 
 
+def test_a_generation_that_spans_a_weight_swap_keeps_each_tokens_version(chat_format: Any) -> None:
+    """The engine swapped weights mid-generation (versions 3 then 4): the segment carries the
+    boundary token by token, and a retried generation keeps it in the discarded record too."""
+    rec = SessionRecorder(chat_format)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    ids = chat_format.encode("partial rollout<|im_end|>")
+    versions = [3] * 2 + [4] * (len(ids) - 2)
+    for _ in range(2):  # the second is an exact retry: the first generation is discarded
+        call = rec.render(messages, None)
+        gen = Generation(token_ids=ids, logprobs=[-0.5] * len(ids), versions=versions, finish_reason="stop")
+        rec.commit(call, gen, chat_format.to_message(chat_format.parse(ids, None)))
+    (seg,) = rec.segments()
+    assert [v for v, m in zip(seg.response_versions, seg.response_mask, strict=True) if m] == versions
+    (discarded,) = rec.discarded
+    assert discarded.policy_version == 3 and discarded.versions == versions
+
+
 def test_render_changes_nothing_until_commit(chat_format: Any) -> None:
     rec = SessionRecorder(chat_format)
     messages = [{"role": "user", "content": "hi"}]
