@@ -34,6 +34,7 @@ class PendingRequest:
     future: asyncio.Future[Generation]
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the policy version that sampled each token
     started_at: float = 0.0
     on_tokens: Callable[[list[int]], None] | None = None
 

@@ -2,11 +2,19 @@
 
 Rows are left-padded (an attention mask and explicit position ids make the padding invisible, so a
 row's result never depends on its batch). Finished rows leave the batch and the KV cache; requests
-that arrive meanwhile are prefilled on their own and merged in (``lego.engines.batching``), unless
-a weight swap is waiting: then the batch drains and ends. Each prompt starts from the longest
+that arrive meanwhile are prefilled on their own and merged in (``lego.engines.batching``). Each prompt starts from the longest
 prefix whose KV is cached (``lego.engines.prefix_cache``: the prefix recent prompts share, or a
 finished row's prompt and completion, the previous turn of its session) and only the rest is
 prefilled: row layout ``[left pad][cached][left pad][rest]``. A finished row's KV goes to that cache.
+
+Weight swaps mid-batch (a partial rollout, as in AReaL's interruptible generation, Fu et al. 2025,
+arXiv:2505.24298): when a swap waits (``scheduler.pausing``), the loop hands it the lock after the
+step's tokens are sampled, then re-prefills every running row (its prompt and every token it has
+sampled) under the new weights and carries on. The KV the old weights computed is dropped, not
+reused: a token sampled after the swap is then exactly a sample of the new weights given the same
+context, so its logprob equals teacher forcing under the new weights, and each token records the
+version whose logits drew it (``Generation.versions``). Rows finishing at that step resolve before
+the swap, on the old version.
 
 Prefill runs in chunks of ``prefill_chunk`` columns through the KV cache: a whole W-token prompt in
 one forward builds attention scores and masks of W x W per row (gigabytes at agent prompt lengths,
@@ -58,7 +66,7 @@ class Decoder:
         self.prefix_cache = prefix_cache
         self.version = version
         self.stats = stats
-        self.stats.update(generated_tokens=0, joined_mid_batch=0, peak_batch_tokens=0)
+        self.stats.update(generated_tokens=0, joined_mid_batch=0, peak_batch_tokens=0, reprefilled_rows=0)
         self.prefill_chunk = prefill_chunk
         self.cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -97,13 +105,12 @@ class Decoder:
         self.encode(tokens, torch.ones_like(tokens), torch.arange(len(ids), device=self.device)[None], cache)
         return cache
 
-    def prefill(self, requests: list[PendingRequest]) -> Prefilled:
-        """Lay ``requests`` out as one batch and run their prompts, each after the longest cached
-        prefix it has (:meth:`PrefixCache.lookup`). Row layout ``[pad][cached][pad][rest]``: every
-        row's cached tokens end in column P and its last prompt token sits in the last column."""
+    def prefill(self, prompts: list[list[int]]) -> Prefilled:
+        """Lay ``prompts`` out as one batch and run them, each after the longest cached prefix it has
+        (:meth:`PrefixCache.lookup`). Row layout ``[pad][cached][pad][rest]``: every row's cached
+        tokens end in column P and its last prompt token sits in the last column."""
         from lego.engines.kv import GrowingCache
 
-        prompts = [r.prompt_ids for r in requests]
         starts = self.prefix_cache.lookup(prompts, self.version(), self.encode_one)
         cached = [hit[1] if hit else 0 for hit in starts]
         # Never wider than plain left padding (the width admission control counted): a row's cached
@@ -166,7 +173,7 @@ class Decoder:
         dev = self.device
         for r in batch:
             r.started_at = time.perf_counter()
-        logits, mask, next_pos, cache = self.prefill(batch)
+        logits, mask, next_pos, cache = self.prefill([r.prompt_ids for r in batch])
         samplers = [self._sampler(r) for r in batch]
         active = list(range(len(batch)))  # batch rows still generating, in cache order
         while active:
@@ -176,6 +183,7 @@ class Decoder:
                 r = batch[i]
                 r.token_ids.append(tok)
                 r.logprobs.append(lp)
+                r.versions.append(version)
                 self.stats["generated_tokens"] += 1
                 reason = "stop" if samplers[i].is_stop(tok) else "length" if len(r.token_ids) >= r.max_tokens else None
                 if r.future.cancelled():
@@ -190,7 +198,8 @@ class Decoder:
                         token_ids=r.token_ids,
                         logprobs=r.logprobs,
                         finish_reason=reason,
-                        policy_version=version,
+                        policy_version=r.versions[0],
+                        versions=r.versions,
                         prompt_tokens=len(r.prompt_ids),
                         engine_time_s=time.perf_counter() - r.started_at,
                         constrained=r.sampling.guided_regex is not None,
@@ -198,22 +207,29 @@ class Decoder:
                 )
             if not keep:
                 break
-            step_ids = torch.tensor([[tokens[row]] for row in keep], device=dev)  # (B', 1)
-            if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
-                index = torch.tensor(keep, device=dev)
-                cache.batch_select_indices(index)
-                mask, next_pos = mask[index], next_pos[index]
-            active = [active[row] for row in keep]
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=-1)
-            logits = self.forward(step_ids, mask, next_pos, cache)
-            next_pos = next_pos + 1
+            if scheduler.pausing:  # a weight swap waits: let it run now, then redo the rows' KV under it
+                active = [active[row] for row in keep]
+                scheduler.yield_to_pause()
+                version = self.version()
+                logits, mask, next_pos, cache = self.prefill([batch[i].prompt_ids + batch[i].token_ids for i in active])
+                self.stats["reprefilled_rows"] += len(active)
+            else:
+                step_ids = torch.tensor([[tokens[row]] for row in keep], device=dev)  # (B', 1)
+                if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
+                    index = torch.tensor(keep, device=dev)
+                    cache.batch_select_indices(index)
+                    mask, next_pos = mask[index], next_pos[index]
+                active = [active[row] for row in keep]
+                mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=-1)
+                logits = self.forward(step_ids, mask, next_pos, cache)
+                next_pos = next_pos + 1
             if not scheduler.pausing and can_merge(cache):
                 left = max(batch[i].max_tokens - len(batch[i].token_ids) for i in active)
                 joining = scheduler.take(Footprint(len(active), mask.shape[1], left))
                 if joining:
                     for r in joining:
                         r.started_at = time.perf_counter()
-                    new_logits, new_mask, new_pos, new_cache = self.prefill(joining)
+                    new_logits, new_mask, new_pos, new_cache = self.prefill([r.prompt_ids for r in joining])
                     width = max(mask.shape[1], new_mask.shape[1])
                     merge_caches(cache, new_cache, width - mask.shape[1], width - new_mask.shape[1])
                     mask = torch.cat(

@@ -2,9 +2,11 @@
 
 ``generate`` calls put a :class:`~lego.engines.batching.PendingRequest` on the queue; the worker
 takes waiting requests (:meth:`BatchScheduler.take`) and hands them to ``run_batch`` (the decoder),
-which takes more while it decodes. The worker holds ``lock`` for a whole batch; a weight swap
-(``paused()``) raises ``pausing`` so the running batch stops admitting, drains, and the swap happens
-between batches.
+which takes more while it decodes. The worker holds ``lock`` while it decodes; a weight swap
+(``paused()``) raises ``pausing``, and the running batch hands the lock over at its next decode step
+(:meth:`BatchScheduler.yield_to_pause`) and takes it back when the swap is done: a swap waits for one
+decode step, not for the longest generation in flight (what the decoder does with its rows then:
+``lego.engines.decode``).
 
 Admission control: requests are taken in arrival order while the batch stays within
 ``max_batch_size`` rows and its :class:`~lego.engines.batching.Footprint` (rows x (padded width +
@@ -44,7 +46,7 @@ class BatchScheduler:
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.stats = stats
-        self.stats.update(batches=0, max_batch_size_seen=0, admission_waits=0)
+        self.stats.update(batches=0, max_batch_size_seen=0, admission_waits=0, swaps_mid_batch=0)
         self.lock = threading.Lock()  # held by the worker for a whole batch; weight swaps wait for it
         self._queue: queue.Queue[PendingRequest | None] = queue.Queue()
         self._head: PendingRequest | None = None  # taken off the queue, waiting for room (worker thread only)
@@ -66,8 +68,8 @@ class BatchScheduler:
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Hold generation between batches: the running batch stops taking in new requests, finishes,
-        and then the caller holds the lock."""
+        """Hold generation: the running batch stops taking in new requests and hands over the lock at
+        its next decode step; the caller then holds it until the block ends."""
         with self._pause_lock:
             self._pause_requests += 1
         try:
@@ -76,6 +78,19 @@ class BatchScheduler:
         finally:
             with self._pause_lock:
                 self._pause_requests -= 1
+
+    def yield_to_pause(self) -> None:
+        """Worker thread, holding ``lock`` between two decode steps: let every waiting ``paused()``
+        caller run, then hold the lock again. Returns at once when nobody waits."""
+        if not self._pause_requests:
+            return
+        self.lock.release()
+        try:
+            while self._pause_requests:  # a caller decrements only after releasing the lock
+                time.sleep(0.001)
+        finally:
+            self.lock.acquire()
+        self.stats["swaps_mid_batch"] += 1
 
     def close(self) -> threading.Thread | None:
         """Stop after the current batch; queued requests fail. Returns the worker to join."""

@@ -6,7 +6,9 @@ together (left padding, an attention mask and explicit position ids so padding n
 row's result; a KV cache) and resolves each request's future as soon as it is done. Finished rows
 leave the batch and its KV cache; requests arriving mid-batch are prefilled and join it (their
 cache left-padded to the batch's length), so a short request never waits for a long one. A weight
-swap stops admissions; the batch drains and the swap happens between batches.
+swap takes effect between two decode steps, also for generations in flight: their rows are
+re-prefilled under the new weights and carry on, and every token records the policy version that
+sampled it (``Generation.versions``), so a generation that spans the swap carries its boundary.
 
 Memory: admission control (``max_batch_tokens``) bounds the KV slots a batch may reach, padding
 included (rows x (padded width + the most tokens a row may still generate)); requests beyond it
@@ -85,8 +87,9 @@ class TransformersEngine:
     On CPU the constructor sets torch's intra-op threads (process-wide) to ``num_threads``,
     default half the cores. ``model`` is the live ``torch.nn.Module``: an in-process trainer may share its tensors, in
     which case it must update them inside ``with engine.paused():`` and then call
-    ``load_weights({})`` to bump ``policy_version``. Its capability beyond the Engine seam:
-    in-process weights (:meth:`load_weights`).
+    ``load_weights({})`` to bump ``policy_version`` (tokens sampled between the two are labelled
+    with the old version; :meth:`load_weights` with the changed tensors swaps and labels in one
+    pause). Its capability beyond the Engine seam: in-process weights (:meth:`load_weights`).
     """
 
     def __init__(
@@ -284,9 +287,10 @@ class TransformersEngine:
         return EngineCapabilities(in_process_weights=self)
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> int:
-        """Copy ``state_dict`` into the model between batches and bump ``policy_version``.
+        """Copy ``state_dict`` into the model between two decode steps and bump ``policy_version``.
 
-        Keys may be a subset (e.g. only the trained layers); an unknown key is an error. An empty
+        Generations in flight continue on the new weights (their KV recomputed, see
+        ``lego.engines.decode``); their later tokens carry the new version. Keys may be a subset (e.g. only the trained layers); an unknown key is an error. An empty
         mapping only bumps the version (for a trainer that updated ``model`` in place).
         """
         # state_dict() names tied weights under every alias (lm_head.weight and the embedding),
@@ -308,9 +312,11 @@ class TransformersEngine:
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Hold generation between batches (e.g. while a trainer edits ``model`` in place).
+        """Hold generation (e.g. while a trainer edits ``model`` in place).
 
-        The running batch stops taking in new requests, finishes, and then the caller holds the lock.
+        The running batch stops taking in new requests and stops at its next decode step; the caller
+        then holds the lock. When the block ends, running rows are re-prefilled on the weights as
+        they are then and continue.
         """
         with self.scheduler.paused():
             yield

@@ -205,7 +205,7 @@ def test_cancelled_request_leaves_the_batch_and_others_finish(engine, chat_forma
         assert_matches(gen.logprobs, teacher_forced(engine.model, prompt, gen.token_ids))
 
 
-def test_weight_swap_waits_for_the_running_batch_and_applies_to_later_requests(tiny_model_dir, chat_format) -> None:
+def test_weight_swap_lands_between_decode_steps_and_applies_to_later_requests(tiny_model_dir, chat_format) -> None:
     engine = TransformersEngine(tiny_model_dir)
     engine.eos_token_ids = []
     prompts = prompts_of_different_lengths(chat_format, 2)
@@ -222,8 +222,10 @@ def test_weight_swap_waits_for_the_running_batch_and_applies_to_later_requests(t
 
     long, version, late = asyncio.run(run())
     assert len(long.token_ids) == 200 and long.policy_version == 0  # the swap did not cut it short
-    assert version == 1 and late.policy_version == 1
-    assert engine.stats["joined_mid_batch"] == 0
+    swap_at = long.versions.index(1)  # it did not wait for the 200 tokens either: it landed mid-generation
+    assert 3 <= swap_at < 200 and long.versions == [0] * swap_at + [1] * (200 - swap_at)
+    assert version == 1 and late.policy_version == 1 and set(late.versions) == {1}
+    assert engine.stats["swaps_mid_batch"] == 1 and engine.stats["joined_mid_batch"] == 1  # late joined after it
     asyncio.run(engine.close())
 
 
