@@ -15,6 +15,18 @@ same ids at the same temperature), and w = exp(a − r) the per-token importance
 Per-harness breakdown: the same names with ``/<harness>`` appended (e.g.
 ``training/rollout_actor_probs_pearson_corr/lego-agent``), computed over that harness's tokens only.
 
+Staleness (asynchronous training: a token may have been sampled by an older policy version). Each
+token is compared with the version that sampled it, and the trainer holds only π_old's weights, so
+the metrics above -- and the gate -- are computed over the tokens π_old's own version sampled (lag
+0). A stale token's gap to π_old is the policy having moved, not the engine being wrong; it is
+reported apart, per version lag L (how many versions before π_old's the token was drawn), with
+w = exp(a − r) = π_old/π_rollout:
+
+    training/staleness_mean, training/staleness_max   L over all sampled tokens
+    rollout_corr/ratio_mean/lag_L                     mean(w) over the tokens of lag L
+    rollout_corr/ratio_std/lag_L                      std(w): the ratio's spread at that lag
+    rollout_corr/tokens/lag_L                         how many (the staleness histogram)
+
 The reference result for harness training reports Pearson > 0.99; :class:`FidelityGate` stops a
 run that stays under ``fidelity.min_pearson`` for ``fidelity.patience`` steps in a row.
 """
@@ -61,15 +73,30 @@ def _one(r: torch.Tensor, a: torch.Tensor, suffix: str) -> dict[str, float]:
     }
 
 
+def _by_lag(r: torch.Tensor, a: torch.Tensor, lag: torch.Tensor) -> dict[str, float]:
+    out = {"training/staleness_mean": float(lag.double().mean()), "training/staleness_max": float(lag.max())}
+    for value in sorted(set(lag.tolist())):
+        sel = lag == value
+        w = torch.exp((a[sel] - r[sel]).clamp(-20.0, 20.0))
+        out[f"rollout_corr/ratio_mean/lag_{value}"] = float(w.mean())
+        out[f"rollout_corr/ratio_std/lag_{value}"] = float(w.std(unbiased=False))
+        out[f"rollout_corr/tokens/lag_{value}"] = float(w.numel())
+    return out
+
+
 def fidelity_metrics(
     rollout_logp: Sequence[float] | torch.Tensor,
     actor_logp: Sequence[float] | torch.Tensor,
     harness: Sequence[str] | None = None,
+    version_lag: Sequence[int] | torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Fidelity metrics over flat, aligned lists of sampled-token logprobs (see module docstring).
 
     ``harness[i]`` names the harness that produced token i; each distinct harness gets its own
-    ``/<harness>`` copy of every metric. Empty input gives an empty dict (nothing was sampled).
+    ``/<harness>`` copy of every metric. ``version_lag[i]``: how many versions before π_old's token i
+    was sampled; with it, the fidelity metrics cover the lag-0 tokens and the staleness metrics are
+    added (a batch without a lag-0 token then has no Pearson: the gate neither trips nor resets).
+    Empty input gives an empty dict (nothing was sampled).
     """
     r = torch.as_tensor(rollout_logp, dtype=torch.float64).flatten()
     a = torch.as_tensor(actor_logp, dtype=torch.float64).flatten()
@@ -77,10 +104,24 @@ def fidelity_metrics(
         raise ValueError(f"{r.numel()} rollout logprobs but {a.numel()} recomputed ones")
     if r.numel() == 0:
         return {}
-    out = _one(r, a, "")
+    if harness is not None and len(harness) != r.numel():
+        raise ValueError(f"{len(harness)} harness labels for {r.numel()} tokens")
+    out: dict[str, float] = {}
+    if version_lag is not None:
+        lag = torch.as_tensor(version_lag, dtype=torch.long).flatten()
+        if lag.numel() != r.numel():
+            raise ValueError(f"{lag.numel()} version lags for {r.numel()} tokens")
+        if bool((lag < 0).any()):
+            raise ValueError("a version lag is negative: a token was sampled by a version newer than π_old's")
+        out.update(_by_lag(r, a, lag))
+        current = lag == 0
+        if not bool(current.all()):
+            r, a = r[current], a[current]
+            harness = None if harness is None else [h for h, c in zip(harness, current.tolist(), strict=True) if c]
+            if r.numel() == 0:
+                return out
+    out.update(_one(r, a, ""))
     if harness is not None:
-        if len(harness) != r.numel():
-            raise ValueError(f"{len(harness)} harness labels for {r.numel()} tokens")
         for name in sorted(set(harness)):
             sel = torch.tensor([h == name for h in harness])
             out.update(_one(r[sel], a[sel], f"/{name}"))

@@ -34,6 +34,22 @@ class AlgorithmConfig(Section):
         None, gt=0, description="Truncated importance sampling cap on pi_old/pi_rollout (Yao et al. 2025). None: off."
     )
     kl_coef: float = Field(0.0, ge=0, description="k3 reference-KL coefficient (Schulman 2020 estimator). 0: off.")
+    off_policy: Literal["decoupled", "tis"] = Field(
+        "decoupled",
+        description="How a token sampled by an older policy version (asynchronous training, "
+        "training.max_staleness >= 1) is corrected; the clip stays centred on pi_prox (the trainer's weights before "
+        "the update) and w = pi_prox/pi_behav multiplies the loss outside it, per token or, at sequence level, as "
+        "GSPO's length-normalised sequence weight (lego.algos.losses). decoupled: AReaL's decoupled PPO (Fu et al. "
+        "2025, arXiv:2505.24298), a token or sequence whose w exceeds algorithm.behaviour_weight_cap is dropped; "
+        "tis: truncated importance sampling (Yao et al. 2025), w is cut to the cap and kept. Current-version tokens "
+        "have w = 1 under both, so a synchronous run is unaffected.",
+    )
+    behaviour_weight_cap: float = Field(
+        2.0,
+        gt=1,
+        description="The cap C on the off-policy weight pi_prox/pi_behav (algorithm.off_policy): above it a token is "
+        "dropped (decoupled) or cut to C (tis). > 1, so a current-version token's weight of 1 is never touched.",
+    )
     adv_eps: float = Field(
         1e-6, gt=0, description="ε in A = (r - mean)/(std + ε) over a group: keeps a near-constant group finite."
     )
