@@ -97,6 +97,10 @@ class PaddedBatch:
     every sampled token — and at constrained tokens, and :data:`~lego.types.NO_LOGPROB` (NaN) where
     the segment has none and in the padding; readers (the loss, the fidelity metrics) look only
     under ``mask``, and one that did not would get NaN, not a plausible 0.0 (log p = 0).
+
+    ``versions`` holds the policy version that sampled each token, -1 where the segment records
+    none (context tokens, padding, a record without versions); :meth:`version_lag` turns it into
+    how many versions before the trainer's each sampled token was drawn.
     """
 
     def __init__(self, items: Sequence[TrainItem], device: torch.device, pad_id: int = 0) -> None:
@@ -112,6 +116,7 @@ class PaddedBatch:
         self.mask = torch.zeros(b, r, dtype=torch.long)  # (B, R) sampled tokens
         self.rollout_logp = torch.full((b, r), NO_LOGPROB, dtype=torch.float32)  # (B, R) real where mask == 1
         self.resp_ids = torch.zeros(b, r, dtype=torch.long)  # (B, R)
+        self.versions = torch.full((b, r), -1, dtype=torch.long)  # (B, R) -1: no version recorded
         self.gather_pos = torch.zeros(b, r, dtype=torch.long)  # (B, R) logits position predicting each token
         for i, s in enumerate(segs):
             ids = s.prompt_ids + s.response_ids
@@ -122,9 +127,23 @@ class PaddedBatch:
                 self.resp_ids[i, :n] = torch.tensor(s.response_ids)
                 self.mask[i, :n] = torch.tensor(s.response_mask)
                 self.rollout_logp[i, :n] = torch.tensor(logprobs_to_array(s.response_logprobs))
+                self.versions[i, :n] = torch.tensor([-1 if v is None else v for v in s.response_versions])
                 self.gather_pos[i, :n] = torch.arange(n) + len(s.prompt_ids) - 1
-        for name in ("input_ids", "attention_mask", "mask", "rollout_logp", "resp_ids", "gather_pos"):
+        for name in ("input_ids", "attention_mask", "mask", "rollout_logp", "resp_ids", "gather_pos", "versions"):
             setattr(self, name, getattr(self, name).to(device))
+
+    def version_lag(self, current: int) -> torch.Tensor:
+        """(B, R): ``current − version`` at every sampled token, 0 elsewhere and where no version was
+        recorded (such a token counts as current). A version newer than ``current`` is an error:
+        the trainer would be training on tokens of weights it has not reached."""
+        known = (self.mask == 1) & (self.versions >= 0)
+        lag = torch.where(known, current - self.versions, torch.zeros_like(self.versions))
+        if bool((lag < 0).any()):
+            raise ValueError(
+                f"a token was sampled by policy version {int(self.versions[known].max())}, newer than the "
+                f"trainer's {current}; pass the version of the weights the trainer holds"
+            )
+        return lag
 
 
 def with_rollout_logprobs(

@@ -33,6 +33,9 @@ Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
     actor/ppo_kl                         mean(log π_old − log πθ) over sampled tokens (k1)
     actor/ratio_mean|max|min             importance ratio sᵢₜ over sampled tokens
     actor/tis_weight_mean, actor/tis_clipfrac   with algorithm.tis_cap
+    actor/stale_frac, actor/behaviour_weight_mean, actor/behaviour_{dropfrac,clipfrac}
+                                         when some tokens were sampled by an older policy version
+                                         (algorithm.off_policy; lego.algos.losses)
     actor/ref_kl                         k3 KL to the reference, with algorithm.kl_coef > 0
     actor/entropy                        mean entropy of softmax(logits / T) at sampled positions
     actor/grad_norm, actor/lr            before clipping; the optimizer's learning rate
@@ -41,7 +44,11 @@ Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
     actor/tokens, actor/segments, actor/episodes
     training/rollout_actor_probs_pearson_corr, training/rollout_probs_diff_{max,mean,std},
     rollout_corr/{kl,k3_kl,chi2_token,ess_frac,tokens}    fidelity; each also per harness as
-                                         ``<name>/<harness>`` (lego.algos.fidelity)
+                                         ``<name>/<harness>`` (lego.algos.fidelity), over the
+                                         tokens of the trainer's own version
+    training/staleness_{mean,max}, rollout_corr/{ratio_mean,ratio_std,tokens}/lag_L
+                                         how many versions old the sampled tokens are, and the
+                                         ratio π_old/π_rollout per lag (lego.algos.fidelity)
     perf/trainer_step_s, perf/tokens_per_s
     perf/recompute_s                     time spent on π_old and fidelity outside the loss pass: the
                                          fidelity metrics and gate, plus the no-grad pass when
@@ -68,6 +75,7 @@ import torch
 from lego.algos import (
     FidelityGate,
     LossInputs,
+    behaviour_logp,
     episode_log_ratio_from_sums,
     episode_log_ratio_sums,
     fidelity_metrics,
@@ -94,6 +102,13 @@ __all__ = ["TrainItem", "Trainer", "items_from_trajectories"]
 
 _SUMMED = frozenset({"actor/tokens", "actor/pg_loss", "actor/kl_loss"})
 """Metrics added across micro-batches as they are (counts, and losses already weighted for the whole batch)."""
+
+
+def _current_version(items: Sequence[TrainItem], policy_version: int | None) -> int:
+    """The trainer's policy version: ``policy_version``, else the newest one recorded in ``items``."""
+    if policy_version is not None:
+        return policy_version
+    return max((v for it in items for v in it.segment.response_versions if v is not None), default=0)
 
 
 class Trainer:
@@ -199,6 +214,7 @@ class Trainer:
         items: Sequence[TrainItem],
         rollout_logprobs: Sequence[Sequence[float | None]] | None = None,
         old_logprobs: Sequence[Sequence[float]] | None = None,
+        policy_version: int | None = None,
     ) -> dict[str, float]:
         """One update: forward + loss + backward per micro-batch -> fidelity (gate) -> clip -> AdamW.
 
@@ -209,11 +225,17 @@ class Trainer:
         the gate is only consulted when π_old is taken from this step's own forward passes (no
         ``old_logprobs``). Returns the step's metrics: ``actor/*`` (loss, clip fraction, KL, entropy,
         grad norm, tokens), the fidelity metrics and ``perf/*`` timings. Raises
-        :class:`FidelityError`, before touching the weights, when the gate trips."""
+        :class:`FidelityError`, before touching the weights, when the gate trips.
+
+        ``policy_version``: the version of the weights this trainer holds (what the engine served
+        after the last push), against which each token's recorded version gives its lag; tokens
+        of older versions get the off-policy correction (``algorithm.off_policy``). None: the
+        newest version recorded in ``items``, exact whenever every rollout ran on the current
+        weights (the synchronous loop)."""
         t0 = time.perf_counter()
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step_count, group["base_lr"])
-        metrics = self.compute_gradients(items, rollout_logprobs, old_logprobs)
+        metrics = self.compute_gradients(items, rollout_logprobs, old_logprobs, policy_version)
         metrics["actor/grad_norm"] = self.apply_gradients()
         wall = time.perf_counter() - t0
         metrics["perf/trainer_step_s"] = wall
@@ -221,22 +243,23 @@ class Trainer:
         self.step_count += 1
         return metrics
 
-    def train_step(self, items: Sequence[TrainItem]) -> dict[str, float]:
+    def train_step(self, items: Sequence[TrainItem], policy_version: int | None = None) -> dict[str, float]:
         """One step of the loop: ``training.ppo_epochs`` updates on ``items``, counted as one step.
 
         The first update is :meth:`step` (on-policy, the fidelity gate checked on the whole batch
         before any weight moves). Each further update runs against π_old, the weights the rollouts
         were sampled with (a no-grad pass before the first update), at the same learning rate, so the
         importance ratio and its clip bound how far the batch is reused. Returns the first update's
-        metrics plus ``actor/last_epoch/*`` (loss, clip fraction, ratio, KL to π_old, grad norm) of the last."""
+        metrics plus ``actor/last_epoch/*`` (loss, clip fraction, ratio, KL to π_old, grad norm) of the last.
+        ``policy_version``: as for :meth:`step` (π_old, hence π_prox, is that version's throughout)."""
         epochs = self.train_cfg.ppo_epochs
         if epochs == 1:
-            return self.step(items)
+            return self.step(items, policy_version=policy_version)
         old = self.recompute(items)
-        metrics = self.step(items)
+        metrics = self.step(items, policy_version=policy_version)
         t0 = time.perf_counter()
         for _ in range(epochs - 1):
-            last = self.compute_gradients(items, old_logprobs=old)
+            last = self.compute_gradients(items, old_logprobs=old, policy_version=policy_version)
             last["actor/grad_norm"] = self.apply_gradients()
         keys = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/ratio_mean", "actor/ratio_max")
         metrics.update(
@@ -250,6 +273,7 @@ class Trainer:
         items: Sequence[TrainItem],
         rollout_logprobs: Sequence[Sequence[float | None]] | None = None,
         old_logprobs: Sequence[Sequence[float]] | None = None,
+        policy_version: int | None = None,
     ) -> dict[str, float]:
         """Everything in :meth:`step` up to (not including) clipping and the optimizer step: the
         gradient of the full-batch loss is left in ``.grad`` (accumulated over micro-batches).
@@ -268,19 +292,28 @@ class Trainer:
         chunks, n_real = self._rank_chunks(items)
         batches = [PaddedBatch([items[i] for i in c], self.device) for c in chunks]
         episodes = {e: i for i, e in enumerate(dict.fromkeys(it.episode_id for it in items))}
+        lags = [mb.version_lag(_current_version(items, policy_version)) for mb in batches]
+        stale = dist_utils.all_reduce_max(float(any(bool(lag.any()) for lag in lags[:n_real]))) > 0
         fused = old_logprobs is None
         old: list[torch.Tensor] = []  # log π_old per real micro-batch
         fid: dict[str, float] = {}
+        behaviour: torch.Tensor | None = None  # GSPO's episode behaviour log-weights, with stale tokens
         if old_logprobs is not None:
             current = self._recompute_batches(batches)  # log πθ's value now, for Δ before any backward
             old = [padded_rows(old_logprobs, c, cur) for c, cur in zip(chunks, current, strict=True)]
-            fid = self._fidelity(items, chunks[:n_real], batches, old)
+            fid = self._fidelity(items, chunks[:n_real], batches, old, lags)
             delta = self._episode_deltas(items, episodes, chunks[:n_real], batches, current, old)
             t_recompute = time.perf_counter() - t0
         else:
             # π_old is the loss pass's own forward (detached): log πθ == log π_old, so every Δ is 0.
             delta = torch.zeros(len(episodes), dtype=torch.float64)
             t_recompute = 0.0
+        if stale and self.algo.ratio_level == "sequence":
+            # The sequence weight pools an episode's rows, possibly over several micro-batches, and
+            # multiplies each one's loss before its backward: π_prox's values are needed first.
+            prox = old if old_logprobs is not None else self._recompute_batches(batches)
+            behaviour = self._episode_behaviour(items, episodes, chunks[:n_real], batches, prox, lags)
+            t_recompute = time.perf_counter() - t0
 
         sums: dict[str, float] = {}  # token-weighted sums, except the already-normalised loss terms
         ratio_max, ratio_min = float("-inf"), float("inf")
@@ -303,6 +336,10 @@ class Trainer:
                 seq_log_ratio=delta[[episodes[items[i].episode_id] for i in c]].to(self.device),
                 rollout_logp=mb.rollout_logp,
                 ref_logp=self._ref_logp(mb) if self.algo.kl_coef > 0 else None,
+                version_lag=lags[idx] if stale else None,
+                seq_behaviour_log_weight=(
+                    None if behaviour is None else behaviour[[episodes[items[i].episode_id] for i in c]].to(self.device)
+                ),
             )
             loss, m = self.loss_fn(inputs, self.algo)
             (loss * self.dist.world_size).backward()  # FSDP averages over ranks; our weights already sum to 1
@@ -315,7 +352,7 @@ class Trainer:
 
         if fused:
             t_fid = time.perf_counter()
-            fid = self._fidelity(items, chunks[:n_real], batches, old)
+            fid = self._fidelity(items, chunks[:n_real], batches, old, lags)
             try:
                 self.gate.observe(fid)  # same gathered metrics on every rank: all ranks raise together
             except FidelityError:
@@ -347,23 +384,55 @@ class Trainer:
         return optim.clip_and_step(self.model, self.optimizer, self.train_cfg.grad_clip)
 
     def _fidelity(
-        self, items: Sequence[TrainItem], chunks: list[list[int]], batches: list[PaddedBatch], old: list[torch.Tensor]
+        self,
+        items: Sequence[TrainItem],
+        chunks: list[list[int]],
+        batches: list[PaddedBatch],
+        old: list[torch.Tensor],
+        lags: list[torch.Tensor],
     ) -> dict[str, float]:
-        """Fidelity metrics over every rank's sampled tokens (rollout vs π_old)."""
+        """Fidelity and staleness metrics over every rank's sampled tokens (rollout vs π_old, by lag)."""
         roll: list[torch.Tensor] = []
         act: list[torch.Tensor] = []
+        lag: list[torch.Tensor] = []
         harness: list[str] = []
-        for c, mb, o in zip(chunks, batches, old, strict=False):
+        for c, mb, o, lg in zip(chunks, batches, old, lags, strict=False):
             sel = mb.mask.bool()  # where rollout_logp is real (PaddedBatch)
             roll.append(mb.rollout_logp[sel])
             act.append(o[sel])
+            lag.append(lg[sel])
             harness.extend(items[c[r]].harness or "unknown" for r in sel.nonzero()[:, 0].tolist())
         empty = torch.zeros(0, dtype=torch.float64)
         return fidelity_metrics(
             dist_utils.gather_cat(torch.cat(roll).double().cpu() if roll else empty),
             dist_utils.gather_cat(torch.cat(act).double().cpu() if act else empty),
             dist_utils.gather_labels(harness),
+            dist_utils.gather_cat(torch.cat(lag).double().cpu() if lag else empty).long(),
         )
+
+    def _episode_behaviour(
+        self,
+        items: Sequence[TrainItem],
+        episodes: dict[str, int],
+        chunks: list[list[int]],
+        batches: list[PaddedBatch],
+        prox: list[torch.Tensor],
+        lags: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """GSPO's behaviour log-weight for each episode (:func:`lego.algos.behaviour_log_weight`),
+        pooled over all its segments on every rank, as :meth:`_episode_deltas` pools Δ: (E,), float64."""
+        num = torch.zeros(len(episodes), dtype=torch.float64)
+        den = torch.zeros(len(episodes), dtype=torch.float64)
+        for c, mb, p, lg in zip(chunks, batches, prox, lags, strict=False):
+            ep = torch.tensor([episodes[items[i].episode_id] for i in c])
+            behav = behaviour_logp(p, mb.rollout_logp, mb.mask, lg)
+            n, d = episode_log_ratio_sums(behav.cpu(), p.cpu(), mb.mask.cpu(), ep, len(episodes))
+            num += n
+            den += d
+        reduced = dist_utils.all_reduce_sum(num.tolist() + den.tolist())
+        e = len(episodes)
+        both = torch.tensor(reduced, dtype=torch.float64)
+        return episode_log_ratio_from_sums(both[:e], both[e:])
 
     def _episode_deltas(
         self,
