@@ -264,3 +264,43 @@ def test_a_second_server_on_the_same_directory_is_refused(served: Any, tiny_engi
         other.start()
     other.store.close()
     assert ControlClient.connect(server.dir).http.get("/healthz").status_code == 200
+
+
+def test_a_real_harness_configured_only_by_the_session_env_is_recorded_redacted(
+    served: Any, tmp_path: Path, store_bytes: Any
+) -> None:
+    """lego-agent, unmodified, pointed at `lego serve` by the two variables `session new` exports."""
+    import os
+    import subprocess
+    import sys
+
+    server, engine, _ = served
+    res = CliRunner().invoke(cli, ["serve", "--dir", str(server.dir), "session", "new", "--id", "agent"])
+    assert res.exit_code == 0, res.output
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in res.stdout.splitlines())
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".env").write_text(DOTENV)
+    engine.push(
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "cat .env"}}\n</tool_call><|im_end|>',
+        '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call><|im_end|>',
+    )
+    env = {**os.environ, "OPENAI_API_KEY": exports["OPENAI_API_KEY"]}
+    agent = [sys.executable, "-m", "lego.harnesses.lego_agent", "--base-url", exports["OPENAI_BASE_URL"]]
+    done = subprocess.run(
+        [*agent, "--problem", "print the settings", "--repo", str(repo), "--max-turns", "4", "--retries", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    turns = list(store_of(server).iter_turns(session_id="agent"))
+    assert [(t.main, t.api) for t in turns] == [(True, "chat"), (True, "chat")]
+    assert turns[0].tokens is not None  # nothing secret in it yet: its ids are kept
+    observation = turns[1].messages[-1]["content"]
+    assert "[REDACTED:openai_key]" in observation and "DEBUG=true" in observation
+    assert turns[1].tokens is None
+    data = store_bytes(server.dir)
+    for secret in (OPENAI_KEY, DB_PASSWORD, exports["OPENAI_API_KEY"]):
+        assert secret.encode() not in data
