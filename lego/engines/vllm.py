@@ -35,11 +35,19 @@ ignores temperature and breaks that contract at T != 1.
 Transient failures (connection errors, 429, 5xx) are retried with backoff (a stream only before
 its first chunk); a cancelled ``generate`` closes its HTTP request or stream, and vLLM aborts a request whose client disconnected.
 
-Weights reach the server through ``lego.conductor.weight_sync`` (full reload or LoRA hot-load over
+Weights reach the server through ``lego.training.weight_sync`` (full reload or LoRA hot-load over
 vLLM's own HTTP API, talking to ``base_url`` with ``api_key``); once the server serves them it calls
 :meth:`VLLMEngine.serve` with the name requests must use (the adapter's, for LoRA) and the new
 version: the engine's capability is ``served_weights`` (an in-process state dict cannot reach a remote
 server, so it has no ``in_process_weights``).
+
+Policy versions are per request here, not per token: vLLM's completion reports no weights version,
+so every token of a response records the version :meth:`VLLMEngine.serve` last named when the
+request was sent (``Generation.versions`` is that one value repeated). Were the weights reloaded
+under a request in flight, its later tokens would carry the earlier version; their logprobs are
+still the ones the server sampled with (the importance weight stays right), only the lag is
+overstated. A per-token boundary needs the server to report it (or the sync to pause requests,
+reload and resume them); the in-process engine records it per token (``lego.engines.decode``).
 """
 
 from __future__ import annotations
@@ -342,7 +350,8 @@ class VLLMEngine:
         return EngineCapabilities(served_weights=self)
 
     def serve(self, model: str, version: int) -> None:
-        """From now on, request ``model`` (the server already serves it) and record ``version``."""
+        """From now on, request ``model`` (the server already serves it) and record ``version`` on
+        every token of the responses to requests sent from now on."""
         self.model = model
         self.policy_version = version
 

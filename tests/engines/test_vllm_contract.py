@@ -319,6 +319,23 @@ def test_score_uses_prompt_logprobs_and_weights_are_served_not_loaded(fake: tupl
     assert caps.served_weights is engine and caps.in_process_weights is None and caps.answer_taker is None
 
 
+def test_each_response_records_the_version_it_was_sent_under_on_every_token(fake: tuple[FakeVLLM, str]) -> None:
+    """vLLM reports no weights version: a response's tokens all carry the one serve() named when it was sent."""
+    fv, url = fake
+    engine = VLLMEngine(url)
+
+    async def go() -> tuple[Any, Any]:
+        first = await engine.generate([5, 6, 7], SamplingParams(max_tokens=3))
+        engine.serve("lego-v3", 3)
+        second = await engine.generate([5, 6, 7], SamplingParams(max_tokens=3))
+        await engine.close()
+        return first, second
+
+    first, second = asyncio.run(go())
+    assert first.versions == [0, 0, 0] and second.policy_version == 3 and second.versions == [3, 3, 3]
+    assert fv.requests[-1].model == "lego-v3"
+
+
 @pytest.mark.gpu
 def test_real_vllm_token_in_token_out() -> None:
     """Needs `vllm serve MODEL --logprobs-mode processed_logprobs` at $LEGO_VLLM_URL."""
