@@ -33,6 +33,7 @@ secret has no token ids at all (``tokens`` is None; see :mod:`lego.learn.recorde
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 import threading
@@ -150,6 +151,8 @@ class SqliteStore:
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.path = str(Path(self.path).expanduser())
+            # Created private to this user; SQLite gives its -wal and -shm files the same mode.
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         db = self._db

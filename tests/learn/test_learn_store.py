@@ -49,6 +49,7 @@ def test_a_turn_round_trips_with_exact_ids_and_logprobs(tmp_path: Path) -> None:
     assert (row.id, row.private, row.label, row.turns) == ("a", False, "fix it", 2)
     mode = sqlite3.connect(tmp_path / "learn.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.glob("learn.db*")}["learn.db"] == 0o600
 
 
 def test_only_registered_sessions_are_written_and_a_private_one_only_counted(tmp_path: Path) -> None:
