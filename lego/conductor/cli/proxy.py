@@ -137,9 +137,16 @@ def proxy(
     chat_format = ChatFormat.from_pretrained(resolve_model(ecfg.model), ecfg.chat_template, ecfg.tool_parser)
     server = ProxyServer(engine, chat_format, pcfg, model_uds=model_uds)
     server.start()
+    _print_faces(server, f"{ecfg.model} ({ecfg.kind})", model_port)
+    _serve_until_signalled(server)
+
+
+def _print_faces(server: ProxyServer, serving: str, model_port: int | None) -> None:
+    """Where the two faces listen; with ``model_port`` the model face is opened on TCP too."""
+    pcfg = server.config
     root = server.root_url
     where = f"unix socket {pcfg.uds}" if pcfg.uds else root
-    click.echo(f"lego proxy serving {ecfg.model} ({ecfg.kind}) on {where}")
+    click.echo(f"lego proxy serving {serving} on {where}")
     click.echo("control face (yours: sessions, trajectories):")
     click.echo(f"  OpenAI base URL:     {server.base_url}")
     click.echo(f"  Anthropic base URL:  {server.anthropic_base_url}")
@@ -150,9 +157,12 @@ def proxy(
     if model_port is not None:
         bound = server.listen_tcp(pcfg.host, model_port)
         shown = "127.0.0.1" if pcfg.host in ("0.0.0.0", "") else (f"[{pcfg.host}]" if ":" in pcfg.host else pcfg.host)
-        model_root = f"http://{shown}:{bound}"
-        click.echo(f"  model base URL:      {model_root}/s/<session>/v1")
+        click.echo(f"  model base URL:      http://{shown}:{bound}/s/<session>/v1")
     click.echo("Ctrl-C to stop.")
+
+
+def _serve_until_signalled(server: ProxyServer) -> None:
+    """Block until SIGINT or SIGTERM, then stop the server."""
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: object) -> None:

@@ -149,6 +149,11 @@ def run(
         policy.close()
     path = Path(out) if out else Path("runs") / f"run-{task_id}-{harness_name}.json"
     atomic_write_text(path, traj.model_dump_json(indent=1))
+    _print_outcome(traj, cfg, task_id, harness_name, path)
+
+
+def _print_outcome(traj: Trajectory, cfg: LegoConfig, task_id: str, harness_name: str, path: Path) -> None:
+    """The rollout's verdict, tests, segments, truncation and guard flags, one labelled line each."""
     sampled = [s.num_sampled for s in traj.segments]
     click.echo(f"task        {task_id}")
     click.echo(f"harness     {harness_name} {traj.harness_version}")
