@@ -18,7 +18,7 @@ from lego.engines.transformers_engine import TransformersEngine
 from lego.training.trainer import Trainer, TrainItem
 from lego.types import Generation, SamplingParams, Segment
 
-MAX_TOKENS = 80
+MAX_TOKENS = 120  # room for both swaps to land inside even on a loaded machine
 
 
 def teacher_forced(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> list[float]:
