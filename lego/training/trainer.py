@@ -311,8 +311,12 @@ class Trainer:
         if stale and self.algo.ratio_level == "sequence":
             # The sequence weight pools an episode's rows, possibly over several micro-batches, and
             # multiplies each one's loss before its backward: π_prox's values are needed first.
+            # Pooled exactly as Δ is, with (π_behav, π_prox) in place of (π_old, πθ): behaviour_log_weight.
             prox = old if old_logprobs is not None else self._recompute_batches(batches)
-            behaviour = self._episode_behaviour(items, episodes, chunks[:n_real], batches, prox, lags)
+            behav = [
+                behaviour_logp(p, mb.rollout_logp, mb.mask, lg) for p, mb, lg in zip(prox, batches, lags, strict=True)
+            ]
+            behaviour = self._episode_deltas(items, episodes, chunks[:n_real], batches, prox, behav)
             t_recompute = time.perf_counter() - t0
 
         sums: dict[str, float] = {}  # token-weighted sums, except the already-normalised loss terms
@@ -410,30 +414,6 @@ class Trainer:
             dist_utils.gather_cat(torch.cat(lag).double().cpu() if lag else empty).long(),
         )
 
-    def _episode_behaviour(
-        self,
-        items: Sequence[TrainItem],
-        episodes: dict[str, int],
-        chunks: list[list[int]],
-        batches: list[PaddedBatch],
-        prox: list[torch.Tensor],
-        lags: list[torch.Tensor],
-    ) -> torch.Tensor:
-        """GSPO's behaviour log-weight for each episode (:func:`lego.algos.behaviour_log_weight`),
-        pooled over all its segments on every rank, as :meth:`_episode_deltas` pools Δ: (E,), float64."""
-        num = torch.zeros(len(episodes), dtype=torch.float64)
-        den = torch.zeros(len(episodes), dtype=torch.float64)
-        for c, mb, p, lg in zip(chunks, batches, prox, lags, strict=False):
-            ep = torch.tensor([episodes[items[i].episode_id] for i in c])
-            behav = behaviour_logp(p, mb.rollout_logp, mb.mask, lg)
-            n, d = episode_log_ratio_sums(behav.cpu(), p.cpu(), mb.mask.cpu(), ep, len(episodes))
-            num += n
-            den += d
-        reduced = dist_utils.all_reduce_sum(num.tolist() + den.tolist())
-        e = len(episodes)
-        both = torch.tensor(reduced, dtype=torch.float64)
-        return episode_log_ratio_from_sums(both[:e], both[e:])
-
     def _episode_deltas(
         self,
         items: Sequence[TrainItem],
@@ -443,7 +423,8 @@ class Trainer:
         current: list[torch.Tensor],
         old: list[torch.Tensor],
     ) -> torch.Tensor:
-        """GSPO's Δ for each episode, pooled over all its segments on every rank: (E,), float64.
+        """GSPO's Δ for each episode, pooled over all its segments on every rank: (E,), float64 (with
+        π_prox as ``current`` and π_behav as ``old``: the episode's behaviour log-weight).
 
         The sums of :func:`lego.algos.episode_log_ratio_sums` add over this rank's micro-batches and
         then over ranks; one division gives Δ. The weights do not change while gradients
