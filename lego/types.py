@@ -282,12 +282,18 @@ class Segment(BaseModel):
     response_ids: list[int] = Field(default_factory=list)
     response_mask: list[int] = Field(default_factory=list)
     response_logprobs: list[float | None] = Field(default_factory=list)
-    response_versions: list[int | None] = Field(default_factory=list)
+    response_versions: list[int | None] = Field(
+        default_factory=list,
+        description="The policy version that sampled each token; None where nothing was sampled, and at every "
+        "token of a record that names no versions (the trainer counts those as its own version's).",
+    )
     constrained_spans: list[tuple[int, int]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _parallel(self) -> Segment:
         n = len(self.response_ids)
+        if n and "response_versions" not in self.model_fields_set:
+            self.response_versions = [None] * n  # a record without versions: unknown, read as current
         lens = (len(self.response_mask), len(self.response_logprobs), len(self.response_versions))
         if any(x != n for x in lens):
             raise ValueError(f"response lists disagree in length: ids={n}, mask/logprobs/versions={lens}")

@@ -58,6 +58,12 @@ def test_segment_checks_parallel_lists_and_sampled_logprobs() -> None:
         Segment(prompt_ids=[1], response_ids=[2], response_mask=[1, 1], response_logprobs=[-1.0], response_versions=[0])
     with pytest.raises(ValidationError, match="no logprob"):
         Segment(prompt_ids=[1], response_ids=[2], response_mask=[1], response_logprobs=[None], response_versions=[0])
+    unversioned = Segment.model_validate(
+        {"prompt_ids": [1], "response_ids": [2], "response_mask": [1], "response_logprobs": [-1.0]}
+    )
+    assert unversioned.response_versions == [None]  # a record naming no versions still loads
+    with pytest.raises(ValidationError, match="disagree in length"):  # but a given list must fit
+        Segment(prompt_ids=[1], response_ids=[2], response_mask=[1], response_logprobs=[-1.0], response_versions=[])
 
 
 def test_generation_lengths_must_agree() -> None:
