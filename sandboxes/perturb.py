@@ -17,10 +17,11 @@ nothing about the site.
 
 For every test function that has sites, one site is drawn and perturbed in one of the two runs,
 drawn per grade (:func:`plan_perturbations`): the literal becomes a different, plausible value of
-the same type and shape (an int moved by a few, one character of a string changed, one element of
-a tuple), or the truth assertion is negated. Correct code therefore *fails* exactly the perturbed
-assertion, in the run that holds it, and its witness there equals the true literal, which appears
-nowhere in that run. Code that forges its results, reads the expected value from the test's own
+the same type and shape (an int moved by a few, a character of each class in a string changed, every
+element of a container or value of a dict changed), or the truth assertion is negated. Correct code
+therefore *fails* exactly the perturbed assertion, in the run that holds it (also when the compared
+object's equality ignores part of the value: every part changes), and its witness there equals the
+true literal, which appears nowhere in that run. Code that forges its results, reads the expected value from the test's own
 source or frames, or returns values that equal anything *passes* the perturbed assertion, or
 witnesses the wrong value, and is zeroed as tampering (:mod:`lego.sandboxes.evidence`). About half
 of the functions are perturbed in each run, so neither run is "the real one" from inside.
@@ -598,21 +599,71 @@ def _same_value(a: Site, b: Site) -> bool:
 def _draw_change(
     plan: FilePlan, site: Site, rng: secrets.SystemRandom
 ) -> tuple[tuple[int, int, int, int] | None, str, int | None] | None:
-    """(span, new text, table row) for one drawn constant of the site's literal (or of one drawn row of
-    its table); (None, "", None) for a truth site; None when nothing can be changed."""
+    """(span, new text, table row) for the site's literal (or one drawn row of its table) with *every*
+    constant changed (:func:`_change_leaves`); (None, "", None) for a truth site; None when nothing
+    can be changed."""
     if site.truth is not None:
         return None, "", None
     starts = _offsets(plan.text)
-    choices: list[tuple[tuple[int, int, int, int], int | None]] = [(leaf, None) for leaf in site.leaves]
+    groups: list[tuple[tuple[tuple[int, int, int, int], ...], Any, int | None]] = [(site.leaves, site.value, None)]
     if site.rows is not None:
-        choices = [(leaf, r) for r, row in enumerate(site.rows) if row is not None for leaf in row[1]]
-    rng.shuffle(choices)
-    for leaf, row in choices:
-        a, b = _pos(plan.text, starts, leaf[0], leaf[1]), _pos(plan.text, starts, leaf[2], leaf[3])
-        new_text = perturb_token(plan.text[a:b], rng)
-        if new_text is not None:
-            return leaf, new_text, row
+        groups = [(row[1], row[0], r) for r, row in enumerate(site.rows) if row is not None]
+    rng.shuffle(groups)
+    for leaves, value, row in groups:
+        change = _change_leaves(plan.text, starts, leaves, value, rng)
+        if change is not None:
+            return (*change, row)
     return None
+
+
+def _has_set(value: Any) -> bool:
+    if isinstance(value, set | frozenset):
+        return True
+    if isinstance(value, dict):
+        return any(_has_set(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_set(v) for v in value)
+    return False
+
+
+def _change_leaves(
+    text: str,
+    starts: list[int],
+    leaves: tuple[tuple[int, int, int, int], ...],
+    value: Any,
+    rng: secrets.SystemRandom,
+) -> tuple[tuple[int, int, int, int], str] | None:
+    """The span from a literal's first constant to its last, and its text with every constant changed
+    (:func:`perturb_token`; one that cannot change is kept). As :func:`_perturb_body` changes every
+    class of character of a string: a compared object whose equality ignores part of the value is
+    correct code, not a cheat (semver's ``Version == {"major": 1, ..., "build": "b1"}`` ignores the
+    build, as the SemVer spec says), and it still fails the perturbed assertion; code that copies the
+    fields it gets wrong from the test's literal witnesses a wrong value in every one of them. A
+    literal holding a set changes one constant only: changing every element may permute the set."""
+    order = list(range(len(leaves)))
+    rng.shuffle(order)
+    if _has_set(value):
+        order = order[:1]
+    chosen: dict[int, str] = {}
+    for k in order:
+        leaf = leaves[k]
+        a, b = _pos(text, starts, leaf[0], leaf[1]), _pos(text, starts, leaf[2], leaf[3])
+        new_text = perturb_token(text[a:b], rng)
+        if new_text is not None:
+            chosen[k] = new_text
+            if _has_set(value):
+                break
+    if not chosen:
+        return None
+    first, last = leaves[0], leaves[-1]
+    begin, end = _pos(text, starts, first[0], first[1]), _pos(text, starts, last[2], last[3])
+    out, at = [], begin
+    for k, leaf in enumerate(leaves):
+        a, b = _pos(text, starts, leaf[0], leaf[1]), _pos(text, starts, leaf[2], leaf[3])
+        out += [text[at:a], chosen.get(k, text[a:b])]
+        at = b
+    out.append(text[at:end])
+    return (first[0], first[1], last[2], last[3]), "".join(out)
 
 
 def _offsets(text: str) -> list[int]:
