@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lego.config import EngineConfig, ProxyConfig
 from lego.engines import build_engine
+from lego.engines.metered import MeteredEngine
 from lego.models.chat import ChatFormat
 from lego.proxies.server import ProxyServer
 from lego.seams import Engine
@@ -35,6 +36,8 @@ class ServedPolicy:
     chat: ChatFormat
     proxy: ProxyServer
     model_path: Path | None
+    meter: MeteredEngine | None = None
+    """The proxy's view of ``engine``: how long it had generations in flight (``perf/engine_busy``)."""
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @classmethod
@@ -45,13 +48,14 @@ class ServedPolicy:
         model_path = resolve_model(engine_cfg.model)
         chat = ChatFormat.from_pretrained(model_path, engine_cfg.chat_template, engine_cfg.tool_parser)
         engine = build_engine(engine_cfg)
+        meter = MeteredEngine(engine)
         tmp = tempfile.TemporaryDirectory(prefix="lego-proxy-")
         # Strict: rollouts open every session explicitly, so a request naming any other is a bug or an
         # attack, answered 404 rather than recorded into a session of its own making.
         cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock"), "strict_sessions": True})
-        proxy = ProxyServer(engine, chat, cfg)
+        proxy = ProxyServer(meter, chat, cfg)
         proxy.start()
-        return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, _tmp=tmp)
+        return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, meter=meter, _tmp=tmp)
 
     @property
     def model_uds(self) -> Path:
