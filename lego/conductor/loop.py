@@ -39,7 +39,6 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -50,21 +49,20 @@ from typing import Any, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lego.algos import group_advantages
+from lego.conductor.async_rollouts import GroupLedger
+from lego.conductor.async_train import LEDGER_KEY, train_async
 from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
-from lego.conductor.run_dir import RunDir, open_run_dir, prune_checkpoints, reconcile_metrics
+from lego.conductor.run_dir import RunDir, open_run_dir, reconcile_metrics
+from lego.conductor.step_close import StepCloser, infra_only
 from lego.conductor.step_plan import sample_seed, step_harnesses, step_tasks, trained_harness
-from lego.conductor.step_summary import step_metrics, summary_line
 from lego.config import LegoConfig
-from lego.errors import RolloutsFailedError
-from lego.io import append_jsonl, atomic_write_json, atomic_write_text
 from lego.tasks.sources import load_tasks, pick_tasks
-from lego.training.checkpoint import restore_checkpoint, save_checkpoint
-from lego.training.trainer import Trainer, items_from_trajectories
+from lego.training.checkpoint import restore_checkpoint
+from lego.training.trainer import Trainer
 from lego.training.weight_sync import WeightSync, build_weight_sync
-from lego.types import StepMetrics, Task, Trajectory
+from lego.types import Task, Trajectory
 
-__all__ = ["TrainingInterrupted", "retry_infra", "train", "validate"]
+__all__ = ["TrainingInterrupted", "infra_only", "retry_infra", "train", "validate"]
 
 CLOSE_WAIT_S = 5.0
 """On Ctrl-C, how long to wait for the proxy and engine to close before leaving them to the process exit."""
@@ -172,16 +170,6 @@ def retry_infra(
     return trajs
 
 
-def infra_only(step: int, trajs: Sequence[Trajectory], step_dir: Path) -> str:
-    """One line on a step whose rollouts all failed on infrastructure: the most common cause, and where to look."""
-    causes = Counter(f"{t.termination}: {' '.join(t.cause_detail.split())[:240]}" for t in trajs)
-    (cause, n), *_ = causes.most_common(1)
-    return (
-        f"step {step}: all {len(trajs)} rollouts failed on infrastructure, none because of the policy, so the run "
-        f"stops untrained; {n} of them: {cause} (trajectories: {step_dir}; `lego run` reproduces one)"
-    )
-
-
 def _status(console: Console, text: str) -> Any:
     """A spinner on a terminal; off one (a log file) a plain line, since a spinner there prints nothing."""
     if not console.is_terminal:
@@ -250,11 +238,18 @@ def train(
     resume: bool = False,
     console: Console | None = None,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> RunDir:
-    """Run (or resume) the RL loop described by ``cfg``; returns the run directory."""
+    """Run (or resume) the RL loop described by ``cfg``; returns the run directory.
+
+    ``training.max_staleness = 0`` is the synchronous loop below; ``>= 1`` hands the steps to
+    :func:`lego.conductor.async_train.train_async` (same setup, same step closing, same Ctrl-C and
+    resume guarantees). ``on_step(step, metrics)`` hears of each closed step; ``on_start()`` of the
+    moment the first rollout is about to start (set-up done)."""
     console = console or Console()
     run, ckpt = open_run_dir(cfg, resume)
     t_setup = time.monotonic()
+    extra: dict[str, Any] = {}
     try:
         with _status(console, "loading the policy, the trainer and the tasks"):
             # records now, each repo when a step picks it: a 1000-task split costs no minute of git up front
@@ -274,7 +269,8 @@ def train(
         raise
     weights: WeightSync | None = None
     interrupted = in_rollouts = False
-    saved_step = trainer.step_count
+    ledger = GroupLedger.from_json(extra.get(LEDGER_KEY))
+    closer: StepCloser | None = None
     try:
         weights = build_weight_sync(cfg.engine, policy.engine)  # engine.kind picks how weights travel
         # policy/version counts weight updates over the whole run: the engine restarts at 0 on resume
@@ -282,9 +278,10 @@ def train(
         if trainer.step_count:
             version_base = trainer.step_count - weights.push(trainer)
             console.print(f"resumed {run.root} after step {trainer.step_count} ({ckpt})")
+        mode = f", asynchronous (max_staleness {cfg.training.max_staleness})" if cfg.training.max_staleness else ""
         ready = (
             f"ready in {time.monotonic() - t_setup:.1f}s: {len(tasks)} {cfg.tasks.split} tasks, "
-            f"{cfg.training.tasks_per_step}×{cfg.algorithm.group_size} rollouts/step, harness "
+            f"{cfg.training.tasks_per_step}×{cfg.algorithm.group_size} rollouts/step{mode}, harness "
             f"{trained_harness(cfg)}, out {run.root}"
         )
         console.print(ready, soft_wrap=True, highlight=False)
@@ -292,72 +289,36 @@ def train(
         val_tasks: list[Task] = []
         if cfg.training.eval_every:
             val_tasks = load_tasks(cfg.tasks.split_spec(cfg.tasks.eval_split), cfg.tasks.where, cfg.eval.limit)
-        for step in range(trainer.step_count, cfg.training.steps):
-            # ``step`` counts from 0 (seeds, task order); what is written and shown is ``step + 1``
-            t0 = time.monotonic()
-            step_dir = run.trajectories(step + 1)
-            shutil.rmtree(step_dir, ignore_errors=True)  # a step killed midway is redone from scratch
-            picked = step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
-            ready_tasks = [source.materialize(t) for t in picked]
-            in_rollouts = True
-            trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console))
-            in_rollouts = False
-            t_roll = time.monotonic() - t0
-            for i, t in enumerate(trajs):
-                atomic_write_text(step_dir / f"{i:03d}-{t.task_id}.json", t.model_dump_json())
-            if trajs and all(t.is_infra_failure for t in trajs):
-                raise RolloutsFailedError(infra_only(step + 1, trajs, step_dir))
-            advantages = group_advantages(
-                [t.reward or 0.0 for t in trajs],
-                [t.task_id for t in trajs],
-                valid=[not t.is_infra_failure for t in trajs],
-                eps=cfg.algorithm.adv_eps,
-            )
-            items = items_from_trajectories(trajs, advantages, side_threads=cfg.training.train_side_threads)
-            train_m = trainer.train_step(items) if items else {}
-            version = weights.push(trainer) if items else policy.engine.policy_version
-            m = step_metrics(trajs, train_m)
-            sampled = sum(t.num_sampled_tokens for t in trajs)
-            m.update(
-                {
-                    "perf/rollout_s": t_roll,
-                    "perf/rollout_tokens_per_s": sampled / t_roll if t_roll else 0.0,
-                    "perf/step_s": time.monotonic() - t0,
-                    "policy/version": float(version + version_base),
-                    "train/groups_with_signal": float(sum(1 for a in advantages if a != 0.0)),
-                }
-            )
-            if cfg.training.eval_every and (
-                (step + 1) % cfg.training.eval_every == 0 or step + 1 == cfg.training.steps
-            ):
-                with _status(console, f"validating on {len(val_tasks)} {cfg.tasks.eval_split} tasks"):
-                    m.update(validate(runner, cfg, val_tasks, run.root / "validation" / f"step_{step + 1:04d}"))
-            line = StepMetrics(step=step + 1, metrics=m, wall_s=time.monotonic() - t0).model_dump(mode="json")
-            if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
-                # LoRA checkpoints carry the merged weights too, so every checkpoint is a loadable
-                # model dir (`lego eval`, `lego bench learn`, `lego proxy --model` take it as is).
-                lora = cfg.training.finetune == "lora"
-                path = save_checkpoint(trainer, run.root, extra={"metrics": line}, export_merged=lora)
-                atomic_write_json(
-                    path / "lego_meta.json",
-                    {"trained_harness": trained_harness(cfg), "base_model": cfg.engine.model, "step": step + 1},
-                )
-                prune_checkpoints(run)
-                saved_step = step + 1
-            append_jsonl(run.metrics, line)
-            last_line = line
-            console.print(summary_line(step, cfg.training.steps, m), soft_wrap=True, highlight=False)
-            if on_step is not None:
-                on_step(step, m)
+        closer = StepCloser(
+            cfg, run, trainer, weights, policy, runner, console, validate, val_tasks, version_base, on_step,
+            saved_step=trainer.step_count, last_line=last_line,
+        )  # fmt: skip
+        closer.engine_busy()  # the mark the first step's perf/engine_busy is measured from
+        if on_start is not None:
+            on_start()
+        if cfg.training.max_staleness:
+            in_rollouts = True  # the producer has rollouts in flight all along; closer.closing marks the updates
+            train_async(closer, tasks, source, ledger)
+        else:
+            for step in range(trainer.step_count, cfg.training.steps):
+                # ``step`` counts from 0 (seeds, task order); what is written and shown is ``step + 1``
+                t0 = time.monotonic()
+                shutil.rmtree(run.trajectories(step + 1), ignore_errors=True)  # a step killed midway is redone
+                picked = step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
+                ready_tasks = [source.materialize(t) for t in picked]
+                in_rollouts = True
+                trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console))
+                in_rollouts = False
+                closer.close(step, trajs, t0, time.monotonic() - t0)
     except KeyboardInterrupt:
         interrupted = True
         console.print("interrupted: stopping the proxy; in-flight rollouts are dropped", highlight=False)
+        saved_step = trainer.step_count if closer is None else closer.saved_step
         # checkpoint_every > 1: keep the last finished step. Only from the rollouts: a Ctrl-C inside the
         # update may leave the trainer half-stepped, and then the last checkpoint is what stands.
-        if in_rollouts and trainer.step_count > saved_step and last_line is not None:
-            save_checkpoint(
-                trainer, run.root, extra={"metrics": last_line}, export_merged=cfg.training.finetune == "lora"
-            )
+        finished = closer is not None and in_rollouts and not closer.closing
+        if finished and closer is not None and trainer.step_count > saved_step and closer.last_line is not None:
+            closer.checkpoint(closer.last_line, lambda: {LEDGER_KEY: ledger.to_json()})
             saved_step = trainer.step_count
         raise TrainingInterrupted(run.root, saved_step) from None
     finally:

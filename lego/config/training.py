@@ -70,6 +70,15 @@ class TrainingConfig(Section):
     )
     tasks_per_step: int = Field(2, ge=1, description="B: tasks per step; each gets algorithm.group_size rollouts.")
     concurrency: int = Field(4, ge=1, description="Rollouts in flight at once.")
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Asynchronous training (lego.conductor.async_train): k >= 1 keeps `concurrency` rollouts in "
+        "flight all the time, each update takes the first tasks_per_step groups whose rollouts have all ended, "
+        "rollouts in flight continue on the pushed weights (every token records the version that sampled it), "
+        "and a group whose oldest token is more than k versions old is dropped and counted. 0: the synchronous "
+        "loop (each step waits for its slowest rollout), bit for bit.",
+    )
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate (peak, after training.warmup_steps).")
     warmup_steps: int = Field(
         0,
