@@ -13,6 +13,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "sandbox": ("lego.conductor.bench.sandbox:command", "Sandbox create-to-ready and grade latency."),
     "trainer": ("lego.conductor.bench.trainer:command", "Trainer step speed."),
     "learn": ("lego.conductor.bench.learn:command", "Does the embedded default learn (best-vs-best)."),
+    "async": ("lego.conductor.bench.asynchrony:command", "Synchronous vs asynchronous training, same budget."),
     "reasoning": ("lego.conductor.bench.reasoning:command", "Reasoning-history policies compared."),
     "probe": ("lego.conductor.bench.probe:command", "Teacher-forced probability of chosen tokens."),
     "cli": ("lego.conductor.bench.cli:command", "Start-up time of the first commands vs python -c pass."),
@@ -22,4 +23,4 @@ BENCHES: dict[str, tuple[str, str]] = {
 @click.group("bench", cls=LazyGroup, lazy=BENCHES)
 def bench_group() -> None:
     """Benchmarks (JSON out): engine throughput, proxy overhead, sandbox latency, trainer speed,
-    the learning curve of the embedded default, and the CLI's start-up."""
+    the learning curve of the embedded default, synchronous vs asynchronous training, and the CLI's start-up."""
