@@ -1,0 +1,50 @@
+"""`lego bench async` (lego.conductor.bench.asynchrony): the figures come from each run's own metrics,
+every k >= 1 figure sits beside its ratio to k = 0 of the same invocation, and a real run of both
+loops on the tiny stack writes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lego.conductor.bench.asynchrony import run_bench, summarise_run
+from tests.lego.calc_task import make_calc_tasks
+
+
+def test_summarise_weights_engine_busy_by_the_time_each_step_covers() -> None:
+    lines = [
+        {"metrics": {"rollout/count": 4.0, "perf/engine_busy": 0.5, "perf/update_s": 2.0}},
+        {"metrics": {"rollout/count": 4.0, "perf/engine_busy": 1.0, "perf/update_s": 2.0}},
+    ]
+    s = summarise_run(lines, closes=[10.0, 40.0], budget_s=30.0)
+    assert s["rollouts"] == 8.0 and s["updates"] == 2.0 and s["wall_s"] == 40.0
+    assert s["engine_busy"] == pytest.approx((0.5 * 10 + 1.0 * 30) / 40)
+    assert s["trainer_busy"] == pytest.approx(4.0 / 40)
+    assert s["rollouts_per_hour"] == pytest.approx(3600 * 8 / 40)
+    # the asynchronous loop counts every rollout that ended, trained on or not
+    lines[-1]["metrics"]["async/rollouts_done"] = 11.0
+    assert summarise_run(lines, closes=[10.0, 40.0], budget_s=30.0)["rollouts"] == 11.0
+
+
+@pytest.mark.slow
+def test_both_loops_run_for_the_budget_and_compare(tiny_model_dir: Path, tmp_path: Path) -> None:
+    tasks = make_calc_tasks(tmp_path / "calc")
+    overrides = (
+        f"tasks.source={tasks}",
+        f"engine.model={tiny_model_dir}",
+        "training.tasks_per_step=1",
+        "training.concurrency=2",
+        "algorithm.group_size=2",
+        "harness.max_turns=2",
+        "harness.options={lego-agent = {max_tokens = 24}}",
+    )
+    report = run_bench(tmp_path / "out", minutes=0.4, staleness=[0, 1], seed=0, overrides=overrides)
+    assert json.loads((tmp_path / "out" / "async.json").read_text()) == json.loads(json.dumps(report))
+    k0, k1 = report["runs"]["0"], report["runs"]["1"]
+    for run in (k0, k1):
+        assert run["updates"] >= 1 and run["rollouts"] >= 2
+        assert 0.0 < run["engine_busy"] <= 1.0 and 0.0 < run["trainer_busy"] < 1.0
+    assert k1["vs_k0"]["rollouts_per_hour"] == pytest.approx(k1["rollouts_per_hour"] / k0["rollouts_per_hour"])
+    assert "staleness_mean" in k1 and report["caveats"]
