@@ -11,7 +11,7 @@ The loss sees each token's recorded behaviour logprob, so the importance ratio i
 the policy that actually sampled it (``algorithm.off_policy``, :mod:`lego.algos.losses`).
 
 Logged per update, beside the synchronous loop's metrics (the trainer's ``training/staleness_*`` and
-``rollout_corr/*/lag_L`` among them, :mod:`lego.algos.fidelity`): ``async/dropped_groups``, ``async/in_flight``
+``rollout_corr/*/lag_L`` among them, :mod:`lego.algos.fidelity`): ``async/dropped_groups``, ``async/in_flight``, ``async/wait_s`` (the trainer's wait for the batch)
 (rollouts running when the batch was taken), ``async/rollouts_done`` (since start); the step closer adds ``perf/update_s`` and ``perf/engine_busy``
 to every step of either loop (:mod:`lego.conductor.step_close`).
 """
@@ -111,6 +111,7 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
         on_done=done,
     )
     producer.start()
+    t_prev = time.monotonic()
     try:
         for step in range(trainer.step_count, cfg.training.steps):
             t0 = time.monotonic()
@@ -130,10 +131,14 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
                 fresh += [grp for grp in got if grp.index not in stale]
             fresh.sort(key=lambda grp: grp.index)
             producer.consume([grp.index for grp in fresh])
-            t_roll = time.monotonic() - t0
+            wait_s = time.monotonic() - t0
+            # the batch's tokens were sampled since the previous update ended (and before): the time its
+            # rollouts had, not the wait, is what perf/rollout_s and the tokens/s rate are over
+            t_roll = time.monotonic() - t_prev
             trajs = [t for grp in fresh for t in grp.trajectories]
             extra: dict[str, float] = {
                 "async/dropped_groups": float(dropped),
+                "async/wait_s": wait_s,
                 "async/in_flight": float(in_flight),
                 "async/rollouts_done": float(producer.rollouts_done),
             }  # the staleness itself (per token, against the trainer's version) comes from the trainer
@@ -146,5 +151,6 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
                 policy_version=policy.engine.policy_version,
             )  # fmt: skip
             producer.updated()
+            t_prev = time.monotonic()
     finally:
         producer.stop()
