@@ -68,3 +68,18 @@ def make_calc_tasks(root: Path, n: int = 2) -> Path:
     path = root / "tasks.jsonl"
     path.write_text("".join(r.model_dump_json() + "\n" for r in rows))
     return path
+
+
+def train_overrides(tasks: Path, model: Path, out: Path, steps: int) -> list[str]:
+    """`lego train` -o flags for a short run on these tasks: one task × two rollouts a step, two turns."""
+    return [
+        f"tasks.source={tasks}",
+        f"engine.model={model}",
+        f"training.out_dir={out}",
+        f"training.steps={steps}",
+        "training.tasks_per_step=1",
+        "algorithm.group_size=2",
+        "harness.max_turns=2",
+        "harness.options={lego-agent = {max_tokens = 24}}",
+        "training.lr=1e-3",
+    ]

@@ -22,24 +22,11 @@ from lego.config import load_config
 from lego.errors import ConfigError, FidelityError, ResumeError
 from lego.io import read_jsonl
 from tests.lego.calc_task import make_calc_tasks
+from tests.lego.calc_task import train_overrides as _overrides
 
 pytestmark = pytest.mark.slow
 
 PEARSON = "training/rollout_actor_probs_pearson_corr"
-
-
-def _overrides(tasks: Path, model: Path, out: Path, steps: int) -> list[str]:
-    return [
-        f"tasks.source={tasks}",
-        f"engine.model={model}",
-        f"training.out_dir={out}",
-        f"training.steps={steps}",
-        "training.tasks_per_step=1",
-        "algorithm.group_size=2",
-        "harness.max_turns=2",
-        "harness.options={lego-agent = {max_tokens = 24}}",
-        "training.lr=1e-3",
-    ]
 
 
 @pytest.fixture(scope="module")

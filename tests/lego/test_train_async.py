@@ -19,7 +19,7 @@ from lego.conductor.async_train import LEDGER_KEY
 from lego.conductor.loop import train
 from lego.config import load_config
 from lego.io import read_jsonl
-from tests.lego.calc_task import make_calc_tasks
+from tests.lego.calc_task import make_calc_tasks, train_overrides
 
 pytestmark = pytest.mark.slow
 
@@ -27,19 +27,7 @@ PEARSON = "training/rollout_actor_probs_pearson_corr"
 
 
 def _overrides(tasks: Path, model: Path, out: Path, steps: int) -> list[str]:
-    return [
-        f"tasks.source={tasks}",
-        f"engine.model={model}",
-        f"training.out_dir={out}",
-        f"training.steps={steps}",
-        "training.max_staleness=1",
-        "training.tasks_per_step=1",
-        "training.concurrency=2",
-        "algorithm.group_size=2",
-        "harness.max_turns=2",
-        "harness.options={lego-agent = {max_tokens = 24}}",
-        "training.lr=1e-3",
-    ]
+    return [*train_overrides(tasks, model, out, steps), "training.max_staleness=1", "training.concurrency=2"]
 
 
 @pytest.fixture(scope="module")

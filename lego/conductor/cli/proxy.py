@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Protocol
 
 import click
 
@@ -138,7 +139,7 @@ def proxy(
     server = ProxyServer(engine, chat_format, pcfg, model_uds=model_uds)
     server.start()
     _print_faces(server, f"{ecfg.model} ({ecfg.kind})", model_port)
-    _serve_until_signalled(server)
+    serve_until_signalled(server)
 
 
 def _print_faces(server: ProxyServer, serving: str, model_port: int | None) -> None:
@@ -161,8 +162,12 @@ def _print_faces(server: ProxyServer, serving: str, model_port: int | None) -> N
     click.echo("Ctrl-C to stop.")
 
 
-def _serve_until_signalled(server: ProxyServer) -> None:
-    """Block until SIGINT or SIGTERM, then stop the server."""
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+def serve_until_signalled(server: _Stoppable) -> None:
+    """Block until SIGINT or SIGTERM, then stop the server (`lego proxy`, `lego serve`)."""
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: object) -> None:

@@ -7,8 +7,6 @@ redaction).
 from __future__ import annotations
 
 import json
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,21 +108,9 @@ def serve_group(
     click.echo(f"  control face:  {server.control_uds}")
     click.echo(f"  retention:     {'until purged' if days is None else f'{days:g} days'}")
     click.echo('open a session: eval "$(lego serve session new)"   Ctrl-C to stop.')
-    stop = threading.Event()
+    from lego.conductor.cli.proxy import serve_until_signalled
 
-    def _on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    # As `lego proxy`: SIGINT may be inherited ignored in a background job, and SIGTERM is what kill sends.
-    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not stop.wait(timeout=1.0):
-            pass
-        click.echo("stopping")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        server.stop()
+    serve_until_signalled(server)
 
 
 def _serve_config(ctx: click.Context) -> LegoConfig:
