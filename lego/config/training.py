@@ -156,7 +156,9 @@ class TrainingConfig(Section):
         "threads",
         description="Where rollouts run: 'threads' in this process; 'ray' as Ray tasks (the 'ray' extra), each "
         "driving its harness and grading on a worker node while the proxy stays here, reached over TCP at "
-        "proxy.host (set it to a routable address, and proxy.api_key, for a multi-node cluster).",
+        "proxy.host (set it to a routable address for a multi-node cluster; that listener serves only the model "
+        "routes, where each rollout's session token is its key, so proxy.api_key is not needed there). With "
+        "training.max_staleness >= 1 each rollout is its own Ray call.",
     )
     ray_address: str | None = Field(
         None, description="ray.init address for rollout_backend='ray' ('auto', 'ray://host:10001'); None: a local Ray."
