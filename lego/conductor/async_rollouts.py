@@ -50,12 +50,8 @@ class GroupPlan:
     """What group ``g`` is: its task, harness and the options of each of its G rollouts."""
 
     tasks_per_step: int
-    group_size: int
     job: Callable[[int], tuple[Task, str, list[RolloutOptions]]]
     """``job(g)`` → (task, harness, one RolloutOptions per rollout); a pure function of ``g``."""
-
-    def plan_step(self, g: int) -> int:
-        return g // self.tasks_per_step
 
 
 @dataclass
@@ -66,8 +62,6 @@ class CompletedGroup:
     task: Task
     harness: str
     trajectories: list[Trajectory]
-    started_version: int
-    ended_at: float
 
 
 def oldest_version(trajs: Iterable[Trajectory]) -> int | None:
@@ -116,8 +110,7 @@ class RolloutProducer:
     ``start()`` launches it; the trainer calls :meth:`take` for each update's groups, :meth:`consume`
     on them (and on any it drops) and :meth:`updated` after the update (which frees the trained
     groups' places, so further groups start); :meth:`stop` ends it,
-    abandoning what is in flight (the harness's next model call fails once the proxy stops).
-    ``version()`` is the engine's current policy version, recorded as a group's start."""
+    abandoning what is in flight (the harness's next model call fails once the proxy stops)."""
 
     def __init__(
         self,
@@ -127,7 +120,6 @@ class RolloutProducer:
         concurrency: int,
         max_staleness: int,
         retries: int,
-        version: Callable[[], int],
         ledger: GroupLedger,
         on_done: Callable[[Trajectory], None] | None = None,
     ) -> None:
@@ -138,7 +130,6 @@ class RolloutProducer:
         self.concurrency = max(1, concurrency)
         self.k = max_staleness
         self.retries = retries
-        self.version = version
         self.ledger = ledger
         self.on_done = on_done
         self._open: set[int] = set()  # planned and not yet consumed (module doc: the bound)
@@ -147,7 +138,7 @@ class RolloutProducer:
         self._next = ledger.low  # the next group to consider starting
         self._in_flight = 0  # rollouts running now
         self._pending: dict[int, list[Trajectory | None]] = {}
-        self._meta: dict[int, tuple[Task, str, int]] = {}  # group -> (task, harness, version at its start)
+        self._meta: dict[int, tuple[Task, str]] = {}  # group -> (task, harness)
         self._opts: dict[int, list[RolloutOptions]] = {}
         self._jobs: deque[tuple[int, int]] = deque()  # (group, rollout) planned, not yet started
         self._done: deque[CompletedGroup] = deque()
@@ -227,7 +218,7 @@ class RolloutProducer:
                     if self._jobs:
                         g, i = self._jobs.popleft()
                         self._in_flight += 1
-                        task, harness, _ = self._meta[g]
+                        task, harness = self._meta[g]
                         opts = self._opts[g][i]
                     else:
                         plan, self._next = self._next, self._next + 1
@@ -253,7 +244,7 @@ class RolloutProducer:
     def _plan(self, g: int) -> None:
         task, harness, opts = self.plan.job(g)
         with self._cv:
-            self._meta[g] = (task, harness, self.version())
+            self._meta[g] = (task, harness)
             self._opts[g] = opts
             self._pending[g] = [None] * len(opts)
             self._jobs.extend((g, i) for i in range(len(opts)))
@@ -282,8 +273,8 @@ class RolloutProducer:
             slots[i] = traj
             if all(t is not None for t in slots):
                 del self._pending[g]
-                task_, harness_, v0 = self._meta.pop(g)
+                task_, harness_ = self._meta.pop(g)
                 self._opts.pop(g, None)
                 done = [t for t in slots if t is not None]
-                self._done.append(CompletedGroup(g, task_, harness_, done, v0, time.monotonic()))
+                self._done.append(CompletedGroup(g, task_, harness_, done))
             self._cv.notify_all()

@@ -99,14 +99,13 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
                 highlight=False,
             )
 
-    plan = GroupPlan(b, cfg.algorithm.group_size, partial(group_job, cfg, tasks, source))
+    plan = GroupPlan(b, partial(group_job, cfg, tasks, source))
     producer = RolloutProducer(
         plan,
         safe,
         concurrency=cfg.training.concurrency,
         max_staleness=k,
         retries=cfg.training.retry_infra,
-        version=lambda: policy.engine.policy_version,
         ledger=ledger,
         on_done=done,
     )

@@ -29,7 +29,7 @@ def _plan() -> GroupPlan:
         opts = [RolloutOptions(override_sampling=True, temperature=1.0, seed=g * 10 + k) for k in range(G)]
         return _task(g), "lego-agent", opts
 
-    return GroupPlan(B, G, job)
+    return GroupPlan(B, job)
 
 
 class Rollouts:
@@ -81,7 +81,6 @@ def _producer(r: Rollouts, k: int, ledger: GroupLedger | None = None, concurrenc
         concurrency=concurrency,
         max_staleness=k,
         retries=1,
-        version=lambda: r.version,
         ledger=ledger or GroupLedger(),
     ).start()
 
@@ -173,6 +172,4 @@ def test_staleness_is_read_from_the_tokens_versions() -> None:
 
 def test_k_zero_is_the_synchronous_loop_not_this_producer() -> None:
     with pytest.raises(ValueError, match="synchronous"):
-        RolloutProducer(
-            _plan(), Rollouts(), concurrency=1, max_staleness=0, retries=0, version=lambda: 0, ledger=GroupLedger()
-        )
+        RolloutProducer(_plan(), Rollouts(), concurrency=1, max_staleness=0, retries=0, ledger=GroupLedger())
