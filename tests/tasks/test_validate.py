@@ -115,6 +115,23 @@ def test_repeat_reports_consistency_and_the_flaky_rate(tmp_path: Path, isolated_
     assert "repeat 2: 1/1 tasks consistent; flaky tests 0/2 (0.0%)" in out.output
 
 
+def test_ids_validates_only_the_listed_instances(tmp_path: Path, isolated_cache: Path):
+    """--ids FILE: only those instances (comments and blank lines ignored), so a large suite can be
+    validated in shards or its failures re-checked; an id the source lacks is a usage error."""
+    repo, base = own_repo(tmp_path)
+    bad = {**record(repo, base), "instance_id": "me__shapes-2", "base_commit": "0" * 40}
+    tasks = write_jsonl(tmp_path / "mine.jsonl", record(repo, base), bad)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("# the one that validates\n\nme__shapes-1  # first\n")
+    out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox", "--ids", str(ids)])
+    assert out.exit_code == 0, out.output
+    assert "1/1 instances valid" in out.output and "me__shapes-2" not in out.output
+    ids.write_text("me__shapes-1\nme__shapes-9\n")
+    out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox", "--ids", str(ids)])
+    assert out.exit_code == 2, out.output
+    assert "--ids: 1 id(s) not in the source: me__shapes-9" in out.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -29,7 +29,7 @@ from lego.tasks.sources import load_source
 from lego.types import Task
 
 if TYPE_CHECKING:
-    from lego.tasks.validate import Backend
+    from lego.tasks.validate import Backend, TaskValidation
 
 __all__ = ["tasks_group"]
 
@@ -45,6 +45,37 @@ def _report_errors(source: TaskSource) -> None:
 
 def _records(source: TaskSource) -> list[Task]:
     return source.records()
+
+
+def _only_ids(records: list[Task], ids_file: str | None) -> list[Task]:
+    """``records`` restricted to the instance ids listed in ``ids_file`` (all of them without one)."""
+    if ids_file is None:
+        return records
+    lines = (line.split("#", 1)[0].strip() for line in Path(ids_file).read_text(encoding="utf-8").splitlines())
+    wanted = {line for line in lines if line}
+    unknown = sorted(wanted - {t.instance_id for t in records})
+    if unknown:
+        more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
+        raise TaskError(f"--ids: {len(unknown)} id(s) not in the source: {', '.join(unknown[:5])}{more}")
+    return [t for t in records if t.instance_id in wanted]
+
+
+def _print_repeats(results: list[TaskValidation], repeat: int) -> None:
+    """Per task, whether the same diff got the same reward every time; then the totals."""
+    from lego.tasks.validate import flaky_rate
+
+    for r in results:
+        verdict = "consistent" if r.consistent else "INCONSISTENT"
+        click.echo(
+            f"{r.instance_id}\t{verdict}\tgold {r.rewards.get('gold', [])}\tbase {r.rewards.get('base', [])}"
+            f"\tflaky {len(r.flaky_tests)}/{r.tests_checked}"
+        )
+    flaky, checked = flaky_rate(results)
+    consistent = sum(r.consistent and bool(r.rewards) for r in results)
+    click.echo(
+        f"repeat {repeat}: {consistent}/{len(results)} tasks consistent; flaky tests {flaky}/{checked} "
+        f"({100.0 * flaky / max(checked, 1):.1f}%)"
+    )
 
 
 def _title(task: Task) -> str:
@@ -170,7 +201,15 @@ def build_cmd(
 
 @tasks_group.command("validate")
 @click.argument("source", default="builtin")
-@click.option("--limit", type=int, default=None, help="Validate only the first N instances.")
+@click.option("--limit", type=int, default=None, help="Validate only the first N instances (after --ids).")
+@click.option(
+    "--ids",
+    "ids_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A file of instance ids, one per line ('#' starts a comment): validate only those, in the source's "
+    "order (the failures of an earlier run, or one shard of a large suite). An id the source lacks is an error.",
+)
 @click.option("--workers", default=2, show_default=True, help="Instances validated concurrently.")
 @click.option("--repos-dir", type=click.Path(file_okay=False), help="Where local repos of a JSONL file live.")
 @click.option(
@@ -198,6 +237,7 @@ def build_cmd(
 def validate_cmd(
     source: str,
     limit: int | None,
+    ids_file: str | None,
     workers: int,
     repos_dir: str | None,
     sandbox: Backend | None,
@@ -207,7 +247,7 @@ def validate_cmd(
 ) -> None:
     """For every instance, with the grader that trains on it: the gold answer scores 1 and the pristine repo
     does not. Prints the grader's log for every invalid task. Exit 0: all valid; 1: some invalid; 2: usage."""
-    from lego.tasks.validate import TaskValidation, flaky_rate, sandbox_for, validate_task
+    from lego.tasks.validate import TaskValidation, sandbox_for, validate_task
 
     if no_sandbox and sandbox == "docker":
         raise click.UsageError(
@@ -215,7 +255,8 @@ def validate_cmd(
         )
     try:
         src = load_source(source, repos_dir=repos_dir)
-        records = _records(src)[:limit] if limit else _records(src)
+        records = _only_ids(_records(src), ids_file)
+        records = records[:limit] if limit else records
         cfgs = {
             t.instance_id: sandbox_for(t, sandbox, no_isolation=no_sandbox, docker_image=docker_image) for t in records
         }
@@ -258,18 +299,7 @@ def validate_cmd(
                 progress.update(bar, advance=1, note=f"{bad} failed")
     failures = [r for r in results if not r.ok]
     if repeat > 1:
-        for r in results:
-            verdict = "consistent" if r.consistent else "INCONSISTENT"
-            click.echo(
-                f"{r.instance_id}\t{verdict}\tgold {r.rewards.get('gold', [])}\tbase {r.rewards.get('base', [])}"
-                f"\tflaky {len(r.flaky_tests)}/{r.tests_checked}"
-            )
-        flaky, checked = flaky_rate(results)
-        consistent = sum(r.consistent and bool(r.rewards) for r in results)
-        click.echo(
-            f"repeat {repeat}: {consistent}/{len(results)} tasks consistent; flaky tests {flaky}/{checked} "
-            f"({100.0 * flaky / max(checked, 1):.1f}%)"
-        )
+        _print_repeats(results, repeat)
     passed = len(records) - len(failures)
     click.echo(f"{passed}/{len(records)} instances valid ({len(failures)} failed) in {time.monotonic() - t0:.0f}s")
     if failures or src.errors:
