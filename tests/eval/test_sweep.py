@@ -131,3 +131,19 @@ def test_run_evals_runs_several_evals_in_one_pool_like_separate_ones(tmp_path: P
         alone = run_eval(spec(t), det.factory(spec(t), tasks, tmp_path, cfg), tmp_path / f"alone{t}", concurrency=2)
         assert [s.model_dump() for s in res.samples] == [s.model_dump() for s in alone.samples]
         assert (tmp_path / f"T{t}" / "results.json").is_file()
+
+
+def test_the_bench_stages_print_progress_lines_without_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """A stage of `lego bench learn` is many minutes of samples: a line per tenth of them (and the last)
+    reaches a log file, with what passed and what was infrastructure."""
+    from lego.conductor.bench.learn_sweep import SampleProgress
+    from lego.eval.results import SampleKey, SampleResult
+
+    progress = SampleProgress(25)
+    for k in range(25):
+        key = SampleKey(policy="start", harness="lego-agent", task_id=f"t{k}", sample=0, seed=k)
+        progress(SampleResult(key=key, passed=k % 2 == 0, infra=k == 3))
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
+    assert len(lines) == 13  # every 2 of 25 (a tenth, rounded down), and the 25th
+    assert lines[0].startswith("2/25 samples: 1 passed, 0 infra, ")
+    assert lines[-1].startswith("25/25 samples: 13 passed, 1 infra, ") and lines[-1].endswith("~0.0 min left")
