@@ -158,7 +158,8 @@ def run_bench(
     before, wall = run_sweep(cfg, {"start": start_model}, tasks, out / "eval", eval_seed, factory)
     report["before_sweep"] = {"wall_s": round(wall, 1), "points": point_counters(before, "start")}
     for p in report["before_sweep"]["points"]:
-        console.print(f"      T={p['temperature']:g}: pass@1 {p['pass1_all_tasks']:.3f} {p['ci95_all_tasks']}")
+        lo, hi = p["ci95_all_tasks"]
+        console.print(f"      T={p['temperature']:g}: pass@1 {p['pass1_all_tasks']:.3f} [95% CI {lo:.3f}, {hi:.3f}]")
     if cfg.eval.confirm_samples:
         chosen = best_temperature(before, "start", [t.instance_id for t in tasks], n)
         console.print(f"      confirm: {cfg.eval.confirm_samples} fresh samples per task at its best, T={chosen:g}")
