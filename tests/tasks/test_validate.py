@@ -126,6 +126,7 @@ def test_ids_validates_only_the_listed_instances(tmp_path: Path, isolated_cache:
     out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox", "--ids", str(ids)])
     assert out.exit_code == 0, out.output
     assert "1/1 instances valid" in out.output and "me__shapes-2" not in out.output
+    assert "validate 1/1 ok me__shapes-1 (0 failed, " in out.output  # no terminal: a progress line per task
     ids.write_text("me__shapes-1\nme__shapes-9\n")
     out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox", "--ids", str(ids)])
     assert out.exit_code == 2, out.output

@@ -297,6 +297,13 @@ def validate_cmd(
                         progress.console.print(escape(textwrap.indent(result.log.rstrip(), "    ")), highlight=False)
                 bad = sum(not r.ok for r in results)
                 progress.update(bar, advance=1, note=f"{bad} failed")
+                if not _err.is_terminal:  # a log file shows no bar: a line per task
+                    _err.print(
+                        f"validate {len(results)}/{len(records)} {'ok' if result.ok else 'FAIL'} {result.instance_id}"
+                        f" ({bad} failed, {time.monotonic() - t0:.0f}s)",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
     failures = [r for r in results if not r.ok]
     if repeat > 1:
         _print_repeats(results, repeat)
