@@ -1,13 +1,14 @@
 """The records of the learn room: a turn as written (:class:`TurnRecord`, its :class:`TokenRecord`),
-feedback on it, a registered session. Frozen: what a reader of the store gets cannot be changed under it."""
+feedback on it, a judge's :class:`Verdict` on it, a registered session. Frozen: what a reader of
+the store gets cannot be changed under it."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["Feedback", "SessionRow", "TokenRecord", "TurnRecord"]
+__all__ = ["Feedback", "SessionRow", "TokenRecord", "TurnRecord", "Verdict", "VerdictStatus"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,41 @@ class Feedback:
     score: int
     text: str
     created_at: float
+
+
+VerdictStatus = Literal["scored", "no_signal", "unparseable"]
+"""``scored``: the verdict carries a reward; ``no_signal``: the next state said nothing either way
+(rules judge); ``unparseable``: the model judge's reply held no score. Only ``scored`` has a score."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's verdict on a turn, kept beside it so every reward can be audited (see :mod:`lego.learn.judge`).
+
+    ``score`` in [-1, 1], or None: no reward (never a silent 0). ``inputs``: what the judge was
+    given (the turn's next state; the model judge's prompt too), redacted; ``rules``: the rules
+    that fired (rules judge); ``raw``: the model judge's reply as it came, redacted."""
+
+    session_id: str
+    turn: int
+    judge: str
+    status: VerdictStatus
+    score: float | None
+    rules: tuple[str, ...]
+    inputs: dict[str, Any]
+    raw: str
+    created_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "judge": self.judge,
+            "status": self.status,
+            "score": self.score,
+            "rules": list(self.rules),
+            "inputs": self.inputs,
+            "raw": self.raw,
+            "created_at": self.created_at,
+        }
 
 
 @dataclass(frozen=True)
@@ -52,6 +88,8 @@ class TurnRecord:
     index: int | None = None
     """The turn's place in its session (0, 1, ...), set by the store."""
     feedback: tuple[Feedback, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+    """Every judge's verdict on the turn, oldest first."""
 
     def to_json(self) -> dict[str, Any]:
         """The turn as one JSON object (`lego serve export`)."""
@@ -75,12 +113,15 @@ class TurnRecord:
             "constrained": self.constrained,
             "redactions": self.redactions,
             "feedback": [{"score": f.score, "text": f.text, "created_at": f.created_at} for f in self.feedback],
+            "verdicts": [v.to_json() for v in self.verdicts],
         }
 
 
 @dataclass(frozen=True)
 class SessionRow:
-    """A registered session: ``turns`` written (or, for a private one, served and not written)."""
+    """A registered session: ``turns`` written (or, for a private one, served and not written).
+    ``ended_at``: when its key was revoked (`lego serve session end`, or the server that opened it
+    stopped); None while it may still get turns."""
 
     id: str
     private: bool
@@ -88,3 +129,4 @@ class SessionRow:
     created_at: float
     turns: int
     feedback: int
+    ended_at: float | None = None

@@ -24,6 +24,11 @@ the database. ``serve.json`` there says where the model face listens (no secrets
 One server per directory (a lock file); sessions the control face opens are ``strict_sessions``
 (no session is created by a model call).
 
+**Ended sessions.** A session is marked ended in the store when its key is revoked (`lego serve
+session end`) and, for every open one, when the server stops or the next one starts (keys die with
+the process): a judge then reads a thread's last turn as the session's end rather than waiting
+for a turn that can no longer come.
+
 **Retention.** ``serve.retention_days``: turns older than that are deleted at start-up and hourly.
 """
 
@@ -100,6 +105,8 @@ class LearnServer:
             lock.close()
             raise ConfigError(f"another `lego serve` runs on {self.dir}; stop it or set serve.dir") from exc
         self._lock_file = lock
+        # The keys of sessions a predecessor opened died with it (a SIGKILL ran no stop()).
+        self.store.end_open_sessions()
         self.proxy.start()
         os.chmod(self.control_uds, 0o600)
         cfg = self.serve_config
@@ -132,6 +139,7 @@ class LearnServer:
         self._stop.set()
         self.proxy.stop()
         self.recorder.close()
+        self.store.end_open_sessions()  # their keys die with this process: no turn follows any more
         self.store.close()
         (self.dir / "serve.json").unlink(missing_ok=True)
         if self._lock_file is not None:
@@ -205,8 +213,16 @@ class ControlClient:
             store.close()
 
     def end_session(self, session_id: str) -> bool:
-        """Revoke the session's key (its turns stay in the store); False: no such open session."""
-        return self.http.delete(f"/s/{session_id}").status_code == 200
+        """Revoke the session's key (its turns stay in the store, which marks it ended: the judge
+        then reads its last turns as the session's end); False: no such open session."""
+        if self.http.delete(f"/s/{session_id}").status_code != 200:
+            return False
+        store = SqliteStore(self.dir / "learn.db")
+        try:
+            store.end_session(session_id)
+        finally:
+            store.close()
+        return True
 
     def feedback(self, session_id: str, score: int, turn: int | None = None, text: str = "") -> dict[str, Any]:
         r = self.http.post(f"/s/{session_id}/feedback", json={"score": score, "turn": turn, "text": text})

@@ -4,6 +4,8 @@
     store.register_session("s-1", private=False, label="fix the parser")   # opt in
     index = store.add_turn(record)              # one transaction; returns after the commit is durable
     store.add_feedback("s-1", None, +1, "that fixed it")                    # on the last turn
+    store.add_verdict(verdict)                  # a judge's verdict beside its turn (lego.learn.judge)
+    store.end_session("s-1")                    # its key was revoked: no turn follows its last one
     for turn in store.iter_turns(with_tokens=True): ...                     # never a private session's
 
 **What is written.** A turn is written only for a *registered* session (opting in is registering;
@@ -27,6 +29,15 @@ from every file of the database, not just unreachable.
 logprobs as little-endian float64 blobs (a 20k-token prompt is 80 kB). A turn whose text held a
 secret has no token ids at all (``tokens`` is None; see :mod:`lego.learn.recorder`).
 
+**Verdicts.** A judge's :class:`~lego.learn.records.Verdict` is a row beside its turn (``verdicts``:
+judge, status, score or NULL, the rules that fired, the inputs as JSON, the model's raw reply),
+written already redacted like a turn, deleted with it (purge, retention).
+
+**Versions.** ``PRAGMA user_version`` says which schema a file holds; opening an older one
+migrates it in place, in one transaction (:data:`_MIGRATIONS`), so a database written by an
+earlier lego stays readable with everything in it. Version 2 added the verdicts table and the
+sessions' ``ended_at``. A newer file than this lego knows is refused, never rewritten.
+
 ``SqliteStore(":memory:")`` is the test double: the same code, no file.
 """
 
@@ -44,7 +55,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lego.errors import LegoError
-from lego.learn.records import Feedback, SessionRow, TokenRecord, TurnRecord
+from lego.learn.records import Feedback, SessionRow, TokenRecord, TurnRecord, Verdict
 
 __all__ = ["NotRecordedError", "SqliteStore", "TurnStore"]
 
@@ -68,6 +79,14 @@ class TurnStore(Protocol):
 
     def add_feedback(self, session_id: str, turn: int | None, score: int, text: str) -> Feedback: ...
 
+    def end_session(self, session_id: str) -> bool: ...
+
+    def end_open_sessions(self) -> int: ...
+
+    def add_verdict(self, verdict: Verdict) -> None: ...
+
+    def verdicts(self, *, session_id: str | None = None, judge: str | None = None) -> list[Verdict]: ...
+
     def iter_turns(self, *, session_id: str | None = None, with_tokens: bool = False) -> Iterator[TurnRecord]: ...
 
     def purge(self, session_id: str | None = None) -> int: ...
@@ -83,7 +102,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     private INTEGER NOT NULL,
     label TEXT NOT NULL,
     created_at REAL NOT NULL,
-    private_turns INTEGER NOT NULL DEFAULT 0
+    private_turns INTEGER NOT NULL DEFAULT 0,
+    ended_at REAL
 );
 CREATE TABLE IF NOT EXISTS turns (
     session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
@@ -115,8 +135,28 @@ CREATE TABLE IF NOT EXISTS feedback (
     created_at REAL NOT NULL,
     FOREIGN KEY (session_id, turn) REFERENCES turns(session_id, idx) ON DELETE CASCADE
 );
+CREATE TABLE IF NOT EXISTS verdicts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    judge TEXT NOT NULL,
+    status TEXT NOT NULL,
+    score REAL,
+    rules TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    raw TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    FOREIGN KEY (session_id, turn) REFERENCES turns(session_id, idx) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS verdicts_turn ON verdicts(session_id, turn);
 """
-_VERSION = 1
+_VERSION = 2
+
+_MIGRATIONS: dict[int, str] = {
+    1: "ALTER TABLE sessions ADD COLUMN ended_at REAL;",
+}
+"""From version N to N+1: what :data:`_SCHEMA`'s ``CREATE ... IF NOT EXISTS`` cannot do to an
+existing file (new tables and indexes come from the schema itself)."""
 
 
 def _ints(blob: bytes) -> list[int]:
@@ -142,6 +182,20 @@ def _blob(kind: str, values: list[int] | list[float]) -> bytes:
     return a.tobytes()
 
 
+def _verdict(r: tuple[Any, ...]) -> Verdict:
+    return Verdict(
+        session_id=r[0],
+        turn=r[1],
+        judge=r[2],
+        status=r[3],
+        score=r[4],
+        rules=tuple(json.loads(r[5])),
+        inputs=json.loads(r[6]),
+        raw=r[7],
+        created_at=r[8],
+    )
+
+
 class SqliteStore:
     """The :class:`TurnStore` in one SQLite file (see the module docstring). Thread-safe: one
     connection behind a lock (`lego serve` writes from one worker thread)."""
@@ -161,19 +215,44 @@ class SqliteStore:
         db.execute("PRAGMA foreign_keys=ON")
         db.execute("PRAGMA secure_delete=ON")
         version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, _VERSION):
-            raise LegoError(f"{self.path} is a lego store of version {version}; this lego reads version {_VERSION}")
-        db.executescript(_SCHEMA)
-        db.execute(f"PRAGMA user_version={_VERSION}")
+        if version > _VERSION:
+            raise LegoError(
+                f"{self.path} is a lego store of version {version}; this lego reads versions up to {_VERSION}: "
+                "upgrade lego"
+            )
+        if version < _VERSION:
+            self._upgrade(version)
+
+    def _upgrade(self, version: int) -> None:
+        """Bring a file of schema ``version`` (0: a new one) to :data:`_VERSION` in one transaction."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have upgraded it between the check and the lock.
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version:
+                for step in range(version, _VERSION):
+                    for statement in _MIGRATIONS.get(step, "").split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version={_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     # ------------------------------------------------------------------ sessions
     def register_session(self, session_id: str, *, private: bool, label: str = "") -> SessionRow:
         """Opt ``session_id`` in (a private one: served and counted, never written). Registering an id
-        again keeps its turns; its privacy can only be raised (a private session stays private)."""
+        again keeps its turns and opens it again (not ended); its privacy can only be raised (a private
+        session stays private)."""
         with self._lock:
             self._db.execute(
                 "INSERT INTO sessions (id, private, label, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET private = MAX(private, excluded.private), "
+                "ON CONFLICT(id) DO UPDATE SET private = MAX(private, excluded.private), ended_at = NULL, "
                 "label = CASE WHEN MAX(private, excluded.private) THEN '' ELSE excluded.label END",
                 (session_id, int(private), "" if private else label, time.time()),
             )
@@ -193,14 +272,38 @@ class SqliteStore:
             rows = self._db.execute(
                 "SELECT s.id, s.private, s.label, s.created_at, s.private_turns, "
                 "(SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id), "
-                "(SELECT COUNT(*) FROM feedback f WHERE f.session_id = s.id) "
+                "(SELECT COUNT(*) FROM feedback f WHERE f.session_id = s.id), s.ended_at "
                 f"FROM sessions s {where} ORDER BY s.created_at",
                 args,
             ).fetchall()
         return [
-            SessionRow(id=r[0], private=bool(r[1]), label=r[2], created_at=r[3], turns=r[4] + r[5], feedback=r[6])
+            SessionRow(
+                id=r[0],
+                private=bool(r[1]),
+                label=r[2],
+                created_at=r[3],
+                turns=r[4] + r[5],
+                feedback=r[6],
+                ended_at=r[7],
+            )
             for r in rows
         ]
+
+    def end_session(self, session_id: str) -> bool:
+        """Mark the session ended (its key revoked: no turn follows its last one); False: no such
+        session or it had ended already."""
+        with self._lock:
+            n = self._db.execute(
+                "UPDATE sessions SET ended_at = ? WHERE id = ? AND ended_at IS NULL", (time.time(), session_id)
+            ).rowcount
+        return bool(n)
+
+    def end_open_sessions(self) -> int:
+        """Mark every session not ended as ended (a server starting or stopping: the keys of the
+        sessions it or a killed predecessor opened are gone); returns how many."""
+        with self._lock:
+            n = self._db.execute("UPDATE sessions SET ended_at = ? WHERE ended_at IS NULL", (time.time(),)).rowcount
+        return int(n)
 
     # ------------------------------------------------------------------ writes
     def add_turn(self, record: TurnRecord) -> int:
@@ -280,7 +383,62 @@ class SqliteStore:
             )
         return fb
 
+    def add_verdict(self, verdict: Verdict) -> None:
+        """Keep a judge's (redacted) verdict beside its turn. KeyError: no such turn (or a private session's)."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                found = db.execute(
+                    "SELECT 1 FROM turns t JOIN sessions s ON s.id = t.session_id "
+                    "WHERE t.session_id = ? AND t.idx = ? AND s.private = 0",
+                    (verdict.session_id, verdict.turn),
+                ).fetchone()
+                if found is None:
+                    raise KeyError(f"session {verdict.session_id!r} has no recorded turn {verdict.turn}")
+                db.execute(
+                    "INSERT INTO verdicts (session_id, turn, judge, status, score, rules, inputs, raw, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        verdict.session_id,
+                        verdict.turn,
+                        verdict.judge,
+                        verdict.status,
+                        verdict.score,
+                        json.dumps(list(verdict.rules)),
+                        json.dumps(verdict.inputs, ensure_ascii=False),
+                        verdict.raw,
+                        verdict.created_at,
+                    ),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
     # ------------------------------------------------------------------ reads
+    def verdicts(self, *, session_id: str | None = None, judge: str | None = None) -> list[Verdict]:
+        """Verdicts in the order they were written, of one session and/or one judge (None: all)."""
+        where, args = self._verdict_filter(session_id, judge)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT session_id, turn, judge, status, score, rules, inputs, raw, created_at FROM verdicts "
+                f"{where} ORDER BY id",
+                args,
+            ).fetchall()
+        return [_verdict(r) for r in rows]
+
+    @staticmethod
+    def _verdict_filter(session_id: str | None, judge: str | None) -> tuple[str, list[Any]]:
+        clauses, args = [], []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            args.append(session_id)
+        if judge is not None:
+            clauses.append("judge = ?")
+            args.append(judge)
+        return ("WHERE " + " AND ".join(clauses)) if clauses else "", args
+
     def iter_turns(self, *, session_id: str | None = None, with_tokens: bool = False) -> Iterator[TurnRecord]:
         """The written turns in session and turn order, each with its feedback -- never a private
         session's. ``with_tokens``: only turns whose token ids were kept (what token-level training
@@ -303,6 +461,14 @@ class SqliteStore:
                 "SELECT session_id, turn, score, text, created_at FROM feedback ORDER BY id"
             ).fetchall():
                 feedback.setdefault((f[0], f[1]), []).append(Feedback(*f))
+            verdicts: dict[tuple[str, int], list[Verdict]] = {}
+            vwhere, vargs = self._verdict_filter(session_id, None)
+            for v in self._db.execute(
+                "SELECT session_id, turn, judge, status, score, rules, inputs, raw, created_at FROM verdicts "
+                f"{vwhere} ORDER BY id",
+                vargs,
+            ).fetchall():
+                verdicts.setdefault((v[0], v[1]), []).append(_verdict(v))
         for r in rows:
             tokens = (
                 TokenRecord(prompt_ids=_ints(r[10]), output_ids=_ints(r[11]), logprobs=_floats(r[12]))
@@ -326,11 +492,12 @@ class SqliteStore:
                 constrained=bool(r[15]),
                 redactions=r[16],
                 feedback=tuple(feedback.get((r[0], r[1]), ())),
+                verdicts=tuple(verdicts.get((r[0], r[1]), ())),
             )
 
     # ------------------------------------------------------------------ deletion
     def purge(self, session_id: str | None = None) -> int:
-        """Delete one session (None: every session) with its turns and feedback; returns the sessions
+        """Delete one session (None: every session) with its turns, feedback and verdicts; returns the sessions
         deleted. Its key, if still open on a server, serves on but records nothing more."""
         with self._lock:
             if session_id is None:
@@ -341,7 +508,7 @@ class SqliteStore:
         return int(n)
 
     def delete_before(self, cutoff: float) -> int:
-        """Retention: delete turns (and their feedback) written before ``cutoff`` (a Unix time), and
+        """Retention: delete turns (and their feedback and verdicts) written before ``cutoff`` (a Unix time), and
         sessions registered before it that have no turns left; returns the turns deleted."""
         with self._lock:
             n = self._db.execute("DELETE FROM turns WHERE created_at < ?", (cutoff,)).rowcount

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from lego.learn.records import TokenRecord, TurnRecord
+from lego.errors import LegoError
+from lego.learn.records import TokenRecord, TurnRecord, Verdict
 from lego.learn.store import NotRecordedError, SqliteStore
 
 
@@ -138,3 +139,88 @@ def test_turn_indices_stay_dense_under_concurrent_writers(tmp_path: Path) -> Non
         t.join()
     assert not errors
     assert [t.index for t in store.iter_turns()] == list(range(40))
+
+
+# The schema lego wrote as version 1 (before verdicts and ended sessions), as a user's file still holds it.
+SCHEMA_V1 = """
+CREATE TABLE sessions (id TEXT PRIMARY KEY, private INTEGER NOT NULL, label TEXT NOT NULL,
+    created_at REAL NOT NULL, private_turns INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE turns (session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, idx INTEGER NOT NULL,
+    created_at REAL NOT NULL, thread TEXT NOT NULL, main INTEGER NOT NULL, api TEXT NOT NULL, messages TEXT NOT NULL,
+    tools TEXT NOT NULL, reply TEXT NOT NULL, reasoning TEXT NOT NULL, prompt_ids BLOB, output_ids BLOB, logprobs BLOB,
+    finish_reason TEXT NOT NULL, policy_version INTEGER NOT NULL, constrained INTEGER NOT NULL,
+    redactions INTEGER NOT NULL, PRIMARY KEY (session_id, idx));
+CREATE INDEX turns_created ON turns(created_at);
+CREATE TABLE feedback (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, turn INTEGER NOT NULL,
+    score INTEGER NOT NULL, text TEXT NOT NULL, created_at REAL NOT NULL,
+    FOREIGN KEY (session_id, turn) REFERENCES turns(session_id, idx) ON DELETE CASCADE);
+INSERT INTO sessions VALUES ('old', 0, 'from version 1', 1000.0, 0);
+INSERT INTO turns VALUES ('old', 0, 1000.5, 'main', 1, 'chat', '[{"role": "user", "content": "q"}]', '[]',
+    '{"role": "assistant", "content": "a"}', '', NULL, NULL, NULL, 'stop', 0, 0, 0);
+INSERT INTO feedback (session_id, turn, score, text, created_at) VALUES ('old', 0, 1, 'good', 1001.0);
+PRAGMA user_version=1;
+"""
+
+
+def verdict(session_id: str, turn: int, score: float | None = 0.5) -> Verdict:
+    return Verdict(
+        session_id=session_id,
+        turn=turn,
+        judge="rules",
+        status="scored" if score is not None else "no_signal",
+        score=score,
+        rules=("tests_pass",) if score is not None else (),
+        inputs={"next_state": {"turn": turn}},
+        raw="",
+    )
+
+
+def test_a_version_1_database_is_migrated_in_place_and_keeps_everything(tmp_path: Path) -> None:
+    path = tmp_path / "learn.db"
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA_V1)
+    old.close()
+    store = SqliteStore(path)
+    (row,) = store.sessions()
+    assert (row.id, row.label, row.turns, row.feedback, row.ended_at) == ("old", "from version 1", 1, 1, None)
+    (t,) = store.iter_turns()
+    assert t.reply == {"role": "assistant", "content": "a"} and [f.text for f in t.feedback] == ["good"]
+    store.add_verdict(verdict("old", 0))
+    assert store.end_session("old") and not store.end_session("old")
+    store.close()
+    store = SqliteStore(path)  # reopened: version 2 now, nothing migrated twice
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    (t,) = store.iter_turns()
+    assert [(v.judge, v.score, v.rules) for v in t.verdicts] == [("rules", 0.5, ("tests_pass",))]
+    assert store.sessions()[0].ended_at is not None
+    store.close()
+    sqlite3.connect(path).execute("PRAGMA user_version=9").connection.commit()
+    with pytest.raises(LegoError, match="version 9; this lego reads versions up to 2"):
+        SqliteStore(path)
+
+
+def test_verdicts_sit_beside_their_turns_and_go_with_them(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "learn.db")
+    store.register_session("a", private=False)
+    store.register_session("p", private=True)
+    store.add_turn(record("a", "one"))
+    store.add_turn(record("a", "two"))
+    store.add_verdict(verdict("a", 1, None))
+    store.add_verdict(verdict("a", 1, -1.0))
+    with pytest.raises(KeyError, match="no recorded turn 5"):
+        store.add_verdict(verdict("a", 5))
+    with pytest.raises(KeyError):
+        store.add_verdict(verdict("p", 0))  # a private session has no turns to judge
+    assert [(v.turn, v.status, v.score) for v in store.verdicts(session_id="a")] == [
+        (1, "no_signal", None),
+        (1, "scored", -1.0),
+    ]
+    assert store.verdicts(judge="model:x") == []
+    exported = [t.to_json()["verdicts"] for t in store.iter_turns()]
+    assert exported[0] == [] and [v["score"] for v in exported[1]] == [None, -1.0]
+    assert store.end_open_sessions() == 2 and all(r.ended_at is not None for r in store.sessions())
+    store.register_session("a", private=False)  # opened again: it may get turns again
+    assert store.session("a").ended_at is None  # type: ignore[union-attr]
+    store.delete_before(time.time() + 1)
+    assert store.verdicts() == []
+    store.close()
