@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lego import pyast
+
 __all__ = [
     "WITNESS",
     "Definitions",
@@ -306,7 +308,7 @@ def find_sites(text: str, path: str) -> list[Site]:
     """Every site of the test functions in ``text`` (module-level ``test*`` functions and methods of
     ``Test*`` / ``*Test`` classes, nested classes included); [] when the file does not parse."""
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError):
         return []
     sites: list[Site] = []
@@ -375,7 +377,7 @@ class Definitions:
         self._referenced: set[str] = set()
         for plan in plans:
             try:
-                tree = ast.parse(plan.text)
+                tree = pyast.parse(plan.text)
             except (SyntaxError, ValueError):
                 continue
             self._index(plan.path, tree.body, "")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from lego import pyast
 from lego.tasks.statements import fixed_lines
 
 __all__ = ["bug_report", "entry_points"]
@@ -28,7 +29,7 @@ def _test_node(source: str, test_id: str) -> ast.AST | None:
         return None
     names = [p.split("[", 1)[0] for p in parts]
     try:
-        scope: ast.AST = ast.parse(source)
+        scope: ast.AST = pyast.parse(source)
     except SyntaxError:
         return None
     for name in names:
@@ -78,7 +79,7 @@ def entry_points(test_source: str, test_id: str, packages: list[str]) -> list[st
     node = _test_node(test_source, test_id)
     if node is None:
         return []
-    objects, modules = _imports(ast.parse(test_source), set(packages))
+    objects, modules = _imports(pyast.parse(test_source), set(packages))
     calls = sorted(
         (n for n in ast.walk(node) if isinstance(n, ast.Call)),
         key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)),

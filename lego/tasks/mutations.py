@@ -39,6 +39,8 @@ import ast
 import random
 from dataclasses import dataclass
 
+from lego import pyast
+
 __all__ = ["Mutation", "find_mutations", "interleave_kinds"]
 
 _COMPARE_SWAPS: dict[type[ast.cmpop], list[tuple[str, str, str]]] = {
@@ -377,7 +379,7 @@ class _Finder(ast.NodeVisitor):
 def find_mutations(source: str, file: str, extended: bool = False) -> list[Mutation]:
     """Every mutation of ``source`` that still compiles, in source order, without duplicates
     (``extended``: the further kinds of the module docstring)."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     finder = _Finder(source, file, extended)
     finder.visit(tree)
     seen: set[str] = set()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import re
 
+from lego import pyast
+
 __all__ = ["fixed_lines", "problem_statement"]
 
 _MAX_MESSAGE_LINES = 8
@@ -31,7 +33,7 @@ def fixed_lines(patch: str) -> list[str]:
 def _test_function(test_source: str, test_id: str) -> ast.FunctionDef | None:
     name = test_id.split("::")[-1].split("[", 1)[0]
     class_name = test_id.split("::")[-2] if test_id.count("::") >= 2 else None
-    tree = ast.parse(test_source)
+    tree = pyast.parse(test_source)
     scopes: list[ast.AST] = [tree]
     if class_name:
         scopes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
@@ -57,7 +59,7 @@ def _snippet(test_source: str, func: ast.FunctionDef) -> str:
 def _library_names(test_source: str, package: str) -> set[str]:
     """Names the test module imports from the library."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(test_source)):
+    for node in ast.walk(pyast.parse(test_source)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == package:
             names.update(alias.asname or alias.name for alias in node.names)
     return names

@@ -37,7 +37,18 @@ def test_the_wheel_installs_only_lego_with_every_seam_inside(tmp_path: Path) -> 
     for name in ("lego", *SEAMS):
         shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=ignore)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "w"), str(src)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "w"),
+            str(src),
+        ],
         check=True,
         capture_output=True,
     )
@@ -45,8 +56,13 @@ def test_the_wheel_installs_only_lego_with_every_seam_inside(tmp_path: Path) -> 
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert tops == {"lego"}, tops
-    for must in ("lego/proxies/app.py", "lego/harnesses/lego_agent/agent.py", "lego/sandboxes/grade_bootstrap.py",
-                 "lego/eval/estimators.py", "lego/tasks/data/real/manifest.jsonl"):
+    for must in (
+        "lego/proxies/app.py",
+        "lego/harnesses/lego_agent/agent.py",
+        "lego/sandboxes/grade_bootstrap.py",
+        "lego/eval/estimators.py",
+        "lego/tasks/data/real/manifest.jsonl",
+    ):
         assert must in names, must
     # nothing twice: the seam's files are in the wheel once, under lego/
     assert len(names) == len(set(names))
