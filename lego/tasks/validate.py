@@ -17,20 +17,42 @@ runs the same grader with ``SandboxConfig.unsafe_no_isolation`` (commands on the
 tasks only), so validation cannot disagree with training.
 
 An error in one task (missing repo, a grader that cannot run it) fails that task, never the run.
+
+A suite takes hours, so verdicts can be kept in a *record* (:class:`ValidationRecord`): a JSON-lines
+file with one line per finished task, appended and fsynced as each task ends. A line holds the task's
+fingerprint (a hash of its instance record, so an edited task is graded again), the ``repeat`` it was
+graded with, the verdict, the rewards, the flaky tests, the grading time and lego's version; the
+per-test statuses and the grader's log only for an invalid task (that keeps a 331-task record small
+enough to commit as evidence). A killed run leaves at most one torn last line, which is ignored.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
+from lego import __version__
 from lego.config import SandboxConfig
 from lego.errors import LegoError
 from lego.sandboxes.grading import grade
 from lego.sandboxes.verifier import is_harbor
 from lego.types import GradeResult, Task
 
-__all__ = ["Backend", "TaskValidation", "backend_for", "flaky_rate", "sandbox_for", "validate_task"]
+__all__ = [
+    "Backend",
+    "TaskValidation",
+    "ValidationRecord",
+    "backend_for",
+    "fingerprint",
+    "flaky_rate",
+    "sandbox_for",
+    "validate_task",
+]
 
 Backend = Literal["local", "docker"]
 
@@ -53,6 +75,7 @@ class TaskValidation:
     rewards: dict[str, list[float]] = field(default_factory=dict)
     flaky_tests: list[str] = field(default_factory=list)
     tests_checked: int = 0
+    seconds: float = 0.0
 
     @property
     def consistent(self) -> bool:
@@ -121,6 +144,14 @@ def validate_task(task: Task, cfg: SandboxConfig | None = None, repeat: int = 1)
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     cfg = cfg or SandboxConfig(kind=backend_for(task))
     out = TaskValidation(task.instance_id, False, backend=cfg.kind)
+    started = time.monotonic()
+    try:
+        return _validate(task, cfg, repeat, out)
+    finally:
+        out.seconds = round(time.monotonic() - started, 1)
+
+
+def _validate(task: Task, cfg: SandboxConfig, repeat: int, out: TaskValidation) -> TaskValidation:
     grades: dict[str, list[GradeResult]] = {"gold": [], "base": []}
     try:
         for _ in range(repeat):
@@ -147,3 +178,65 @@ def validate_task(task: Task, cfg: SandboxConfig | None = None, repeat: int = 1)
     ]
     out.log = "\n".join(logs)
     return out
+
+
+_RECORD_FORMAT = 1
+
+
+def fingerprint(task: Task) -> str:
+    """A hash of ``task``'s instance record as its source gives it, before materialisation: the same task
+    on another machine (another cache directory) has the same fingerprint; an edited patch, test list,
+    environment or test command does not."""
+    text = task.model_dump_json(exclude={"repo_path"})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class ValidationRecord:
+    """Verdicts kept in a JSON-lines file (see the module doc), so a suite validated over hours or
+    several sittings resumes where it stopped and its totals cover every task.
+
+    ``done(task, repeat)`` is the recorded verdict of ``task`` when the record holds one for the same
+    fingerprint and ``repeat``, else None; ``add`` appends one line and fsyncs it before returning."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.torn = 0
+        self._lines: dict[str, dict[str, Any]] = {}
+        self._open_line = False  # a torn last line has no newline: the next line must not join it
+        if self.path.exists():
+            text = self.path.read_text(encoding="utf-8")
+            self._open_line = bool(text) and not text.endswith("\n")
+            for raw in text.splitlines():
+                if not raw.strip():
+                    continue
+                try:
+                    line = json.loads(raw)
+                except json.JSONDecodeError:
+                    self.torn += 1  # a run killed mid-write: that task is graded again
+                    continue
+                if isinstance(line, dict) and line.get("format") == _RECORD_FORMAT and "instance_id" in line:
+                    self._lines[line["instance_id"]] = line
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def done(self, task: Task, repeat: int) -> TaskValidation | None:
+        line = self._lines.get(task.instance_id)
+        if line is None or line.get("fingerprint") != fingerprint(task) or line.get("repeat") != repeat:
+            return None
+        fields = {k: line[k] for k in TaskValidation.__dataclass_fields__ if k in line}
+        return TaskValidation(**fields)
+
+    def add(self, task: Task, result: TaskValidation, repeat: int) -> None:
+        line: dict[str, Any] = {"format": _RECORD_FORMAT, "fingerprint": fingerprint(task), "repeat": repeat}
+        line.update(asdict(result))
+        if result.ok:  # the statuses and the log only say something about an invalid task
+            line.update(gold={}, base={}, log="")
+        line.update(consistent=result.consistent, lego=__version__, finished=time.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(("\n" if self._open_line else "") + json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+            self._open_line = False
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._lines[task.instance_id] = line

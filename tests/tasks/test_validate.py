@@ -133,6 +133,50 @@ def test_ids_validates_only_the_listed_instances(tmp_path: Path, isolated_cache:
     assert "--ids: 1 id(s) not in the source: me__shapes-9" in out.output
 
 
+def test_record_keeps_each_verdict_and_a_rerun_resumes(tmp_path: Path, isolated_cache: Path):
+    """--record FILE: a line per finished task (the per-test statuses and the log only for an invalid one);
+    the same command again grades nothing and reports the same totals; a torn last line (a killed run),
+    an edited task or another --repeat is graded again."""
+    repo, base = own_repo(tmp_path)
+    bad = {**record(repo, base), "instance_id": "me__shapes-2", "base_commit": "0" * 40}
+    tasks = write_jsonl(tmp_path / "mine.jsonl", record(repo, base), bad)
+    rec = tmp_path / "verdicts" / "record.jsonl"
+    args = ["validate", str(tasks), "--no-sandbox", "--record", str(rec)]
+    first = CliRunner().invoke(tasks_group, args)
+    assert first.exit_code == 1, first.output
+    assert "record " + str(rec) + ": 0 of 2 task(s) already validated with --repeat 1, 2 to go" in first.output
+    lines = [json.loads(line) for line in rec.read_text().splitlines()]
+    assert [(x["instance_id"], x["ok"], x["repeat"]) for x in lines] == [
+        ("me__shapes-1", True, 1),
+        ("me__shapes-2", False, 1),
+    ]
+    good, failed = lines
+    assert good["rewards"] == {"gold": [1.0], "base": [0.0]} and good["gold"] == {} and good["log"] == ""
+    assert good["consistent"] and good["seconds"] > 0 and len(good["fingerprint"]) == 16
+    assert failed["reason"].startswith("TaskError: task me__shapes-2: base_commit") and failed["log"]
+
+    again = CliRunner().invoke(tasks_group, args)
+    assert again.exit_code == 1, again.output
+    assert "2 of 2 task(s) already validated with --repeat 1, 0 to go" in again.output
+    assert "FAIL (recorded) me__shapes-2: TaskError" in again.output
+    assert "1/2 instances valid (1 failed)" in again.output
+    assert len(rec.read_text().splitlines()) == 2  # nothing graded, nothing appended
+
+    rec.write_text(rec.read_text().splitlines()[0] + "\n" + '{"format": 1, "instance_id": "me__sha')
+    wrong = record(repo, base)
+    wrong["patch"] = wrong["patch"].replace("w * h", "w - h")
+    write_jsonl(tasks, wrong, bad)  # me__shapes-1 edited: its old verdict does not count
+    edited = CliRunner().invoke(tasks_group, args)
+    assert "0 of 2 task(s) already validated with --repeat 1, 2 to go; 1 torn line(s) ignored" in edited.output
+    assert "0/2 instances valid (2 failed)" in edited.output
+    newest = [json.loads(line) for line in rec.read_text().splitlines()[-2:]]
+    assert [(x["instance_id"], x["ok"]) for x in newest] == [("me__shapes-1", False), ("me__shapes-2", False)]
+    assert newest[0]["gold"] == {"tests/test_size.py::test_area": "failed", "tests/test_size.py::test_square": "passed"}
+
+    twice = CliRunner().invoke(tasks_group, [*args, "--repeat", "2"])
+    assert "0 of 2 task(s) already validated with --repeat 2, 2 to go" in twice.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

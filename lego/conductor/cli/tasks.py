@@ -234,6 +234,15 @@ def build_cmd(
     help="The same grader on the local backend without bubblewrap (sandbox.unsafe_no_isolation=true: commands "
     "run on the host), for trusted tasks on a machine without bubblewrap; not for docker tasks.",
 )
+@click.option(
+    "--record",
+    "record_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append each task's verdict to this JSON-lines file as it finishes (fsynced). Tasks it already holds "
+    "with the same content and --repeat are not graded again and count in the totals: a killed or sharded "
+    "run resumes with the same command.",
+)
 def validate_cmd(
     source: str,
     limit: int | None,
@@ -244,10 +253,11 @@ def validate_cmd(
     docker_image: str | None,
     repeat: int,
     no_sandbox: bool,
+    record_path: str | None,
 ) -> None:
     """For every instance, with the grader that trains on it: the gold answer scores 1 and the pristine repo
     does not. Prints the grader's log for every invalid task. Exit 0: all valid; 1: some invalid; 2: usage."""
-    from lego.tasks.validate import TaskValidation, sandbox_for, validate_task
+    from lego.tasks.validate import TaskValidation, ValidationRecord, sandbox_for, validate_task
 
     if no_sandbox and sandbox == "docker":
         raise click.UsageError(
@@ -270,6 +280,24 @@ def validate_cmd(
         except SandboxError as exc:
             raise click.UsageError(f"these tasks grade on docker: {exc}") from exc
     _report_errors(src)
+    record = ValidationRecord(record_path) if record_path else None
+    done = {t.instance_id: record.done(t, repeat) for t in records} if record else {}
+    results: list[TaskValidation] = [r for r in done.values() if r is not None]
+    todo = [t for t in records if done.get(t.instance_id) is None]
+    if record is not None:
+        torn = f"; {record.torn} torn line(s) ignored" if record.torn else ""
+        _err.print(
+            f"record {record_path}: {len(results)} of {len(records)} task(s) already validated with --repeat "
+            f"{repeat}, {len(todo)} to go{torn}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for earlier in results:
+            if not earlier.ok:
+                _err.print(
+                    f"[red]FAIL[/] (recorded) {escape(f'{earlier.instance_id}: {earlier.reason}')}", soft_wrap=True
+                )
+    by_id = {t.instance_id: t for t in todo}
 
     def check(task: Task) -> TaskValidation:
         try:
@@ -278,14 +306,15 @@ def validate_cmd(
             return TaskValidation(task.instance_id, False, f"{type(exc).__name__}: {exc}", log=str(exc)[-4000:])
         return validate_task(task, cfgs[task.instance_id], repeat=repeat)
 
-    results: list[TaskValidation] = []
     t0 = time.monotonic()
     columns = (TextColumn("validate"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"))
     with Progress(*columns, TimeElapsedColumn(), console=_err) as progress:
-        bar = progress.add_task("validate", total=len(records), note="")
+        bar = progress.add_task("validate", total=len(records), completed=len(results), note="")
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for result in pool.map(check, records):
+            for result in pool.map(check, todo):
                 results.append(result)
+                if record is not None:
+                    record.add(by_id[result.instance_id], result, repeat)
                 if not result.ok:
                     where = f"{result.instance_id} [{result.backend or '-'}]: {result.reason}"
                     progress.console.print(
@@ -304,6 +333,8 @@ def validate_cmd(
                         highlight=False,
                         soft_wrap=True,
                     )
+    order = {t.instance_id: i for i, t in enumerate(records)}
+    results.sort(key=lambda r: order[r.instance_id])
     failures = [r for r in results if not r.ok]
     if repeat > 1:
         _print_repeats(results, repeat)
