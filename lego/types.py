@@ -51,8 +51,8 @@ __all__ = [
     "logprobs_to_array",
 ]
 
-TerminationLabel = Literal["completed", "overlong", "max_turns", "timeout", "harness_error", "env_error"]
-"""How a rollout ended. ``env_error`` and a ``harness_error`` not caused by the policy are
+TerminationLabel = Literal["completed", "overlong", "max_turns", "cut", "timeout", "harness_error", "env_error"]
+"""How a rollout ended (``cut``: a straggler stopped at a turn boundary, ``training.straggler_multiple``). ``env_error`` and a ``harness_error`` not caused by the policy are
 infrastructure failures: masked out of the loss and counted, never scored as reward 0."""
 
 INFRA_LABELS: frozenset[str] = frozenset({"env_error", "harness_error"})

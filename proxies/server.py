@@ -321,6 +321,11 @@ class ProxyServer:
         the harness has ended, before reading the final trajectory."""
         self._on_loop(lambda: self.service.seal_session(session_id))
 
+    def cut_session(self, session_id: str, reason: str) -> bool:
+        """Stop the session at its next turn boundary (:meth:`~lego.proxies.service.ProxyService.cut_session`);
+        False when no open session has that id."""
+        return self._on_loop(lambda: self.service.cut_session(session_id, reason))
+
     def trajectory(self, session_id: str) -> Trajectory:
         """The session's trajectory so far (main thread segments, snapshot, discarded, counters)."""
         return self._on_loop(lambda: self.service.trajectory(session_id))

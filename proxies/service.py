@@ -125,6 +125,16 @@ class ProxyService:
         self._by_token.pop(token_digest(s.token), None)
         return True
 
+    def cut_session(self, session_id: str, reason: str) -> bool:
+        """Stop the session at its next turn boundary: a generation in flight completes and is recorded,
+        every later request is refused (400, the session's termination becomes ``cut``), so the harness
+        ends and what the agent did so far is graded. For stragglers (:mod:`lego.conductor.stragglers`)."""
+        s = self.sessions.get(session_id)
+        if s is None or s.sealed:
+            return False
+        s.cut = reason or "cut"
+        return True
+
     def session(self, session_id: str, *, create: bool = True) -> Session:
         """The control face's lookup by id: unknown ids are created unless strict (or ``create=False``)."""
         s = self.sessions.get(session_id)
@@ -195,9 +205,11 @@ class ProxyService:
         t0 = time.perf_counter()
         session_id = s.id
         s.check_open()
+        s.check_cut()
         rec = s.recorder
         key = rec.resolve_thread(req.messages, req.tools)
         async with s.lock(key):
+            s.check_cut()  # cut while this request waited for its thread's lock
             main = rec.is_main(key, req.messages, req.tools)
             max_turns = s.spec.max_turns
             if main and max_turns is not None and rec.generations(key) >= max_turns:

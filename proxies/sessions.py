@@ -50,6 +50,9 @@ class Session:
     """Generations under a forcing ``tool_choice`` that did not yield a call of a declared tool (not
     recorded; the client got an error instead of a wrong tool or plain text)."""
     created_at: float = field(default_factory=time.time)
+    cut: str = ""
+    """Why the session was cut (:meth:`lego.proxies.service.ProxyService.cut_session`); empty: it was not.
+    A cut session serves no new generation; one in flight completes and is recorded."""
 
     def lock(self, key: str) -> asyncio.Lock:
         if key not in self.locks:
@@ -71,6 +74,12 @@ class Session:
                 code="max_turns",
             )
         self.generations_started += 1
+
+    def check_cut(self) -> None:
+        """Refuse a new generation on a cut session, as its turn budget would (a 400 the harness ends on)."""
+        if self.cut:
+            self.termination = "cut"
+            raise ApiError(400, f"this session was cut at a turn boundary: {self.cut}", code="max_turns")
 
     def check_open(self) -> None:
         """Refuse a call on a sealed or closed session (401: its key no longer works)."""

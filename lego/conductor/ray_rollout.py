@@ -119,9 +119,11 @@ class RayRolloutRunner:
         concurrency: int,
         on_done: Callable[[int, Trajectory], None] | None = None,
     ) -> list[Trajectory]:
-        """Run ``jobs`` as Ray tasks with at most ``concurrency`` in flight; results in job order."""
+        """Run ``jobs`` as Ray tasks with at most ``concurrency`` in flight; results in job order. Stragglers
+        are cut as on the threads backend (the sessions live in this process's proxy)."""
         ray = _import_ray()
         runner, proxy = self.runner, self.runner.policy.proxy
+        watch = runner.straggler_watch(len(jobs))
         out: list[Trajectory | None] = [None] * len(jobs)
         pending: dict[Any, tuple[int, str, float]] = {}  # object ref -> (job index, session id, t0)
 
@@ -136,6 +138,8 @@ class RayRolloutRunner:
             return crashed_trajectory(task, harness, runner.policy.name, exc)
 
         nxt = 0
+        if watch is not None:
+            watch.__enter__()
         try:
             while nxt < len(jobs) or pending:
                 while nxt < len(jobs) and len(pending) < max(1, concurrency):
@@ -147,6 +151,8 @@ class RayRolloutRunner:
                     except Exception as exc:  # as the threads backend: a bug below must not kill the batch
                         record(i, crashed(i, exc))
                         continue
+                    if watch is not None:
+                        watch.started(sid)
                     job = DriveJob(self.cfg, task, harness, sid, token, opts, proxy.config)
                     ref = self._task.remote(job, self.proxy_addr)
                     pending[ref] = (i, sid, t0)
@@ -161,9 +167,13 @@ class RayRolloutRunner:
                     except Exception as exc:  # RayTaskError, a lost worker, a bug in finish
                         traj = crashed(i, exc)
                     finally:
+                        if watch is not None:
+                            watch.ended(sid)
                         proxy.close_session(sid)
                     record(i, traj)
         finally:
+            if watch is not None:
+                watch.__exit__(None, None, None)
             for ref, (_, sid, _) in pending.items():  # interrupted: stop the workers, free the sessions
                 ray.cancel(ref, force=True)
                 proxy.close_session(sid)

@@ -25,6 +25,7 @@ and ``lego eval``'s sample function :mod:`lego.conductor.eval_samples`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import traceback
@@ -34,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from lego.conductor.drive import DriveJob, DriveOutcome, RolloutOptions, describe_error, drive_and_grade
 from lego.conductor.served_policy import ServedPolicy
+from lego.conductor.stragglers import StragglerWatch
 from lego.conductor.verdict import attribute, zeroing_reasons
 from lego.config import LegoConfig
 from lego.harnesses.base import get_harness
@@ -58,8 +60,8 @@ __all__ = [
 
 log = logging.getLogger("lego.conductor.rollout")
 
-_LABEL_PRIORITY = ("overlong", "max_turns")
-"""Labels the proxy decides (the policy ran out of context or turns) win over how the harness exited."""
+_LABEL_PRIORITY = ("overlong", "max_turns", "cut")
+"""Labels the proxy decides (the policy ran out of context or turns, or was cut as a straggler) win over how the harness exited."""
 
 
 SIDE_CALLS_PER_TURN = 4
@@ -82,17 +84,24 @@ class RolloutRunner:
             self._harnesses[name] = get_harness(name, **self.cfg.harness.options_for(name))
         return self._harnesses[name]
 
-    def run(self, task: Task, harness_name: str, opts: RolloutOptions) -> Trajectory:
-        """One rollout of ``task`` in ``harness_name``; never raises for rollout failures (see module doc)."""
+    def run(
+        self, task: Task, harness_name: str, opts: RolloutOptions, watch: StragglerWatch | None = None
+    ) -> Trajectory:
+        """One rollout of ``task`` in ``harness_name``; never raises for rollout failures (see module doc).
+        ``watch``: the batch's straggler watch, which may cut this rollout's session."""
         t0 = time.monotonic()
         sid, token = self.open_session(task, harness_name, opts)
         proxy = self.policy.proxy
+        if watch is not None:
+            watch.started(sid)
         try:
             harness = self.harness(harness_name)
             job = DriveJob(self.cfg, task, harness_name, sid, token, opts, proxy.config)
             outcome = drive_and_grade(job, harness, proxy_uds=self.policy.model_uds)
             return self.finish(sid, harness_name, outcome, t0)
         finally:
+            if watch is not None:
+                watch.ended(sid)
             proxy.close_session(sid)
 
     def open_session(self, task: Task, harness_name: str, opts: RolloutOptions) -> tuple[str, str]:
@@ -187,13 +196,15 @@ class RolloutRunner:
         concurrency: int,
         on_done: Callable[[int, Trajectory], None] | None = None,
     ) -> list[Trajectory]:
-        """Run ``jobs`` with at most ``concurrency`` in flight; results in job order."""
+        """Run ``jobs`` with at most ``concurrency`` in flight; results in job order. With
+        ``training.straggler_multiple`` set, the batch's stragglers are cut (:mod:`lego.conductor.stragglers`)."""
         out: list[Trajectory | None] = [None] * len(jobs)
+        watch = self.straggler_watch(len(jobs))
 
         def one(i: int) -> None:
             task, harness, opts = jobs[i]
             try:
-                traj = self.run(task, harness, opts)
+                traj = self.run(task, harness, opts, watch)
             except Exception as exc:  # a bug below us must not kill the whole batch: record it as infra
                 log.exception("rollout %s/%s crashed", task.instance_id, harness)
                 traj = crashed_trajectory(task, harness, self.policy.name, exc)
@@ -201,9 +212,20 @@ class RolloutRunner:
             if on_done is not None:
                 on_done(i, traj)
 
-        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout") as pool:
-            list(pool.map(one, range(len(jobs))))
+        with contextlib.ExitStack() as stack:
+            if watch is not None:
+                stack.enter_context(watch)
+            with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout") as pool:
+                list(pool.map(one, range(len(jobs))))
         return [t for t in out if t is not None]
+
+    def straggler_watch(self, total: int) -> StragglerWatch | None:
+        """The straggler watch of a batch of ``total`` rollouts, or None when ``training.straggler_multiple``
+        is 0 or the batch has a single rollout."""
+        multiple = self.cfg.training.straggler_multiple
+        if multiple <= 0 or total < 2:
+            return None
+        return StragglerWatch(self.policy.proxy.cut_session, multiple, total)
 
 
 def final_label(proxy_label: TerminationLabel, harness_reason: TerminationLabel) -> TerminationLabel:

@@ -133,6 +133,7 @@ _ENDINGS: dict[str, str] = {
     "completed": "the harness finished; the diff was graded",
     "timeout": "the rollout ran past its time limit; the diff was graded",
     "max_turns": "the policy used all its turns; the diff was graded",
+    "cut": "cut as a straggler at a turn boundary (training.straggler_multiple); the diff was graded",
     "overlong": "the conversation outgrew the model's context; the diff was graded",
 }
 

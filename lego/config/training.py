@@ -79,6 +79,15 @@ class TrainingConfig(Section):
         "and a group whose oldest token is more than k versions old is dropped and counted. 0: the synchronous "
         "loop (each step waits for its slowest rollout), bit for bit.",
     )
+    straggler_multiple: float = Field(
+        0.0,
+        ge=0,
+        description="Synchronous loop: once half a step's rollouts have ended, one still running after this many "
+        "times their median duration is cut at its next turn boundary (the proxy serves it no new generation) and "
+        "graded on the diff it left, termination `cut`, the policy's (lego.conductor.stragglers). 0: off, every "
+        "step waits for its slowest rollout. With training.max_staleness >= 1 a straggler joins a later update "
+        "instead, so set one or the other.",
+    )
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate (peak, after training.warmup_steps).")
     warmup_steps: int = Field(
         0,
@@ -169,6 +178,21 @@ class TrainingConfig(Section):
         "asks (truncation biases the importance ratio). False lets the harness choose: off-policy unless it asks "
         "for exactly that; the fidelity gate reports the mismatch.",
     )
+
+    @model_validator(mode="after")
+    def _one_straggler_rule(self) -> TrainingConfig:
+        if 0 < self.straggler_multiple < 1:
+            raise ValueError(
+                f"training.straggler_multiple={self.straggler_multiple} would cut rollouts shorter than the median: "
+                "give 0 (off) or a multiple >= 1, e.g. 3"
+            )
+        if self.straggler_multiple and self.max_staleness:
+            raise ValueError(
+                f"training.straggler_multiple={self.straggler_multiple} cuts stragglers of the synchronous loop, but "
+                f"training.max_staleness={self.max_staleness} already carries them into a later update: set "
+                "training.straggler_multiple=0 or training.max_staleness=0"
+            )
+        return self
 
 
 class EvalConfig(Section):

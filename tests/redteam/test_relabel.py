@@ -38,3 +38,29 @@ ATTACKS = {
 def test_self_inflicted_failure_is_the_policys(redteam: RedTeam, task: Task, attack: str) -> None:
     traj = redteam.play(task, bash(ATTACKS[attack]), bash("ls"), max_turns=4)
     assert_policy_zero(traj)
+
+
+def test_a_straggler_is_cut_and_scored_on_what_it_did(redteam: RedTeam, task: Task, tmp_path_factory) -> None:
+    """training.straggler_multiple: three rollouts fix and submit at once, the fourth fixes then stalls
+    (a slow command every turn). Once half have ended, the proxy stops serving the straggler past 2x their
+    median: it ends at a turn boundary as ``cut``, long before its script would, and is graded on the fix
+    it made (reward 1, the policy's): stalling is neither paid nor turned into infrastructure."""
+    from lego.conductor.rollout import RolloutOptions, RolloutRunner
+    from tests.redteam.helpers import FIX, marked_task, submit
+    from tests.sandboxes.sbx_fixtures import make_task
+
+    quick = [marked_task(make_task(tmp_path_factory.mktemp("quick"), name=f"calc-quick-{i}")) for i in range(3)]
+    stalls = 40
+    for t in quick:
+        redteam.engine.route(t.instance_id, [bash(FIX), submit()])
+    redteam.engine.route(task.instance_id, [bash(FIX), *[bash("sleep 2; echo still-working")] * stalls, submit()])
+    training = redteam.cfg.training.model_copy(update={"straggler_multiple": 2.0})
+    runner = RolloutRunner(redteam.cfg.model_copy(update={"training": training}), redteam.policy)
+    opts = RolloutOptions(override_sampling=True, temperature=1.0, seed=0, max_turns=stalls + 3, timeout_s=300)
+    *fast, slow = runner.run_many([(t, "lego-agent", opts) for t in [*quick, task]], concurrency=4)
+    assert [(t.termination, t.reward, t.cause) for t in fast] == [("completed", 1.0, "policy")] * 3
+    assert slow.termination == "cut", (slow.termination, slow.cause_detail)
+    assert (slow.reward, slow.cause) == (1.0, "policy"), slow.cause_detail
+    assert "straggler" in slow.cause_detail
+    served = redteam.generations(task)
+    assert 2 <= served < stalls, f"the straggler was served {served} generations; cut should stop it early"
