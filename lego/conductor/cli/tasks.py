@@ -29,7 +29,7 @@ from lego.tasks.sources import load_source
 from lego.types import Task
 
 if TYPE_CHECKING:
-    from lego.tasks.validate import Backend, TaskValidation
+    from lego.tasks.validate import Backend, TaskValidation, ValidationRecord
 
 __all__ = ["tasks_group"]
 
@@ -199,6 +199,36 @@ def build_cmd(
     click.echo(f"{len(tasks)} instances {splits} written to {output} in {time.monotonic() - t0:.0f}s")
 
 
+def _print_failure(console: Console, result: TaskValidation) -> None:
+    where = f"{result.instance_id} [{result.backend or '-'}]: {result.reason}"
+    console.print(f"[red]FAIL[/] {escape(where)}", highlight=False, soft_wrap=True)
+    if result.log:
+        console.print(escape(textwrap.indent(result.log.rstrip(), "    ")), highlight=False)
+
+
+def _resume(
+    record: ValidationRecord | None, records: list[Task], repeat: int
+) -> tuple[list[TaskValidation], list[Task]]:
+    """(the verdicts ``record`` already holds for ``records`` at ``repeat``, the tasks still to grade); says
+    so on stderr, with the recorded failures."""
+    if record is None:
+        return [], list(records)
+    done = {t.instance_id: record.done(t, repeat) for t in records}
+    results = [r for r in done.values() if r is not None]
+    todo = [t for t in records if done[t.instance_id] is None]
+    torn = f"; {record.torn} torn line(s) ignored" if record.torn else ""
+    _err.print(
+        f"record {record.path}: {len(results)} of {len(records)} task(s) already validated with --repeat "
+        f"{repeat}, {len(todo)} to go{torn}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for earlier in results:
+        if not earlier.ok:
+            _err.print(f"[red]FAIL[/] (recorded) {escape(f'{earlier.instance_id}: {earlier.reason}')}", soft_wrap=True)
+    return results, todo
+
+
 @tasks_group.command("validate")
 @click.argument("source", default="builtin")
 @click.option("--limit", type=int, default=None, help="Validate only the first N instances (after --ids).")
@@ -281,22 +311,7 @@ def validate_cmd(
             raise click.UsageError(f"these tasks grade on docker: {exc}") from exc
     _report_errors(src)
     record = ValidationRecord(record_path) if record_path else None
-    done = {t.instance_id: record.done(t, repeat) for t in records} if record else {}
-    results: list[TaskValidation] = [r for r in done.values() if r is not None]
-    todo = [t for t in records if done.get(t.instance_id) is None]
-    if record is not None:
-        torn = f"; {record.torn} torn line(s) ignored" if record.torn else ""
-        _err.print(
-            f"record {record_path}: {len(results)} of {len(records)} task(s) already validated with --repeat "
-            f"{repeat}, {len(todo)} to go{torn}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        for earlier in results:
-            if not earlier.ok:
-                _err.print(
-                    f"[red]FAIL[/] (recorded) {escape(f'{earlier.instance_id}: {earlier.reason}')}", soft_wrap=True
-                )
+    results, todo = _resume(record, records, repeat)
     by_id = {t.instance_id: t for t in todo}
 
     def check(task: Task) -> TaskValidation:
@@ -316,14 +331,7 @@ def validate_cmd(
                 if record is not None:
                     record.add(by_id[result.instance_id], result, repeat)
                 if not result.ok:
-                    where = f"{result.instance_id} [{result.backend or '-'}]: {result.reason}"
-                    progress.console.print(
-                        f"[red]FAIL[/] {escape(where)}",
-                        highlight=False,
-                        soft_wrap=True,
-                    )
-                    if result.log:
-                        progress.console.print(escape(textwrap.indent(result.log.rstrip(), "    ")), highlight=False)
+                    _print_failure(progress.console, result)
                 bad = sum(not r.ok for r in results)
                 progress.update(bar, advance=1, note=f"{bad} failed")
                 if not _err.is_terminal:  # a log file shows no bar: a line per task
