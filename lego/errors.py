@@ -13,6 +13,7 @@
     ├── GradingError               grading infrastructure failed (not the agent's patch)
     ├── FidelityError              the rollout-train fidelity gate tripped
     ├── RolloutsFailedError        every rollout of a training step failed on infrastructure
+    ├── RankFailedError            under torchrun, a follower rank of the trainer died mid-run
     └── ResumeError                a run directory cannot be resumed with this config
 
 A user-facing message says what happened and what to do about it.
@@ -31,6 +32,7 @@ __all__ = [
     "HarnessError",
     "LegoError",
     "ModelError",
+    "RankFailedError",
     "ResumeError",
     "RolloutsFailedError",
     "SandboxError",
@@ -104,6 +106,23 @@ class FidelityError(LegoError):
 class RolloutsFailedError(LegoError):
     """Every rollout of a training step failed on infrastructure (harness, sandbox, grading), none
     because of the policy: the run stops instead of training on nothing and checkpointing that."""
+
+
+class RankFailedError(LegoError):
+    """Under ``torchrun``, a follower rank (a shard of the trainer) died or stopped answering: no
+    further update can run, so rank 0 stops instead of waiting for it. ``rank`` is the lost rank
+    (None when it cannot be told apart), ``saved_step`` the last step with a checkpoint."""
+
+    def __init__(self, rank: int | None, saved_step: int, detail: str = "") -> None:
+        self.rank = rank
+        self.saved_step = saved_step
+        who = f"rank {rank}" if rank is not None else "a follower rank"
+        saved = f"step {saved_step} is saved" if saved_step else "no step is saved yet"
+        why = f" ({detail})" if detail else ""
+        super().__init__(
+            f"{who} of the trainer is gone{why}, so no further update can run; {saved}: run the same "
+            "torchrun command again with `--resume` to continue from it (check that rank's log for why it died)"
+        )
 
 
 class ResumeError(LegoError):

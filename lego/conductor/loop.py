@@ -29,6 +29,12 @@ Crash safety: a step's checkpoint (which carries the step's metrics line) is wri
 line is appended to ``metrics.jsonl``; on resume the file is reconciled against the checkpoint, so
 no step is lost or counted twice whatever the moment of the kill.
 
+Under ``torchrun`` (:mod:`lego.training.ranks`): rank 0 runs everything above (:func:`_drive`);
+every other rank builds its shard of the trainer and follows rank 0's commands (:func:`_follow`):
+each step's update, weight push and checkpoint run on every rank on the same whole batch, so all
+ranks take the same optimizer steps. The run ends with ``Stop`` to the followers, also on Ctrl-C
+and on errors; a follower that dies stops rank 0 with :class:`~lego.errors.RankFailedError`.
+
 Mixed-harness runs (``harness.weights``): :func:`step_harnesses` gives each task of a step one
 harness, shared by its G rollouts; the step's metrics and console line break reward, pass rate and
 fidelity down per harness (:mod:`lego.conductor.step_summary`).
@@ -56,8 +62,10 @@ from lego.conductor.run_dir import RunDir, open_run_dir, reconcile_metrics
 from lego.conductor.step_close import StepCloser, infra_only
 from lego.conductor.step_plan import sample_seed, step_harnesses, step_tasks, trained_harness
 from lego.config import LegoConfig
+from lego.errors import RankFailedError
 from lego.tasks.sources import load_tasks, pick_tasks
-from lego.training.checkpoint import restore_checkpoint
+from lego.training import distributed as dist_utils
+from lego.training.ranks import StepChannel, follow
 from lego.training.trainer import Trainer
 from lego.training.weight_sync import WeightSync, build_weight_sync
 from lego.types import Task, Trajectory
@@ -245,8 +253,45 @@ def train(
     ``training.max_staleness = 0`` is the synchronous loop below; ``>= 1`` hands the steps to
     :func:`lego.conductor.async_train.train_async` (same setup, same step closing, same Ctrl-C and
     resume guarantees). ``on_step(step, metrics)`` hears of each closed step; ``on_start()`` of the
-    moment the first rollout is about to start (set-up done)."""
-    console = console or Console()
+    moment the first rollout is about to start (set-up done).
+
+    Under ``torchrun`` every rank calls this: rank 0 drives the run, the others follow it and
+    return the same run directory once rank 0 sends ``Stop``."""
+    dist_utils.init_from_env()
+    channel = StepChannel.open()
+    if not channel.is_main:
+        return _follow(cfg, channel)
+    lost = False
+    try:
+        with channel.watch():
+            return _drive(cfg, channel, resume, console or Console(), on_step, on_start)
+    except RankFailedError:
+        lost = True  # a collective with a dead rank could wait forever: the others are torchrun's to end
+        raise
+    finally:
+        if not lost:
+            channel.stop()
+
+
+def _follow(cfg: LegoConfig, channel: StepChannel) -> RunDir:
+    """A follower rank: its shard of the trainer, rank 0's commands until ``Stop``. Ctrl-C reaches
+    every process of the terminal; rank 0 alone decides what it means (a checkpoint, then ``Stop``)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    follow(channel, Trainer.from_config(cfg))
+    return RunDir(Path(cfg.training.out_dir))
+
+
+def _drive(
+    cfg: LegoConfig,
+    channel: StepChannel,
+    resume: bool,
+    console: Console,
+    on_step: Callable[[int, dict[str, float]], None] | None,
+    on_start: Callable[[], None] | None,
+) -> RunDir:
+    """The run itself, on rank 0 (the only process without torchrun)."""
     run, ckpt = open_run_dir(cfg, resume)
     t_setup = time.monotonic()
     extra: dict[str, Any] = {}
@@ -257,7 +302,7 @@ def train(
             trainer = Trainer.from_config(cfg)
             last_line = None
             if ckpt is not None:
-                extra = restore_checkpoint(trainer, ckpt)
+                extra = channel.restore(trainer, ckpt)
                 last_line = extra.get("metrics")
             reconcile_metrics(run, trainer.step_count, last_line)
             policy = ServedPolicy.start(cfg.engine, cfg.proxy, name="policy")
@@ -276,7 +321,7 @@ def train(
         # policy/version counts weight updates over the whole run: the engine restarts at 0 on resume
         version_base = 0
         if trainer.step_count:
-            version_base = trainer.step_count - weights.push(trainer)
+            version_base = trainer.step_count - channel.push(weights, trainer)
             console.print(f"resumed {run.root} after step {trainer.step_count} ({ckpt})")
         mode = f", asynchronous (max_staleness {cfg.training.max_staleness})" if cfg.training.max_staleness else ""
         ready = (
@@ -291,7 +336,7 @@ def train(
             val_tasks = load_tasks(cfg.tasks.split_spec(cfg.tasks.eval_split), cfg.tasks.where, cfg.eval.limit)
         closer = StepCloser(
             cfg, run, trainer, weights, policy, runner, console, validate, val_tasks, version_base, on_step,
-            saved_step=trainer.step_count, last_line=last_line,
+            saved_step=trainer.step_count, last_line=last_line, ranks=channel,
         )  # fmt: skip
         closer.engine_busy()  # the mark the first step's perf/engine_busy is measured from
         if on_start is not None:
@@ -321,6 +366,9 @@ def train(
             closer.checkpoint(closer.last_line, lambda: {LEDGER_KEY: ledger.to_json()})
             saved_step = trainer.step_count
         raise TrainingInterrupted(run.root, saved_step) from None
+    except RankFailedError:
+        interrupted = True  # harnesses may be mid-request: close without waiting on them
+        raise
     finally:
         if weights is not None:
             weights.close()

@@ -10,20 +10,31 @@ transformers), so a mistake is reported in about the time `lego --help` takes. W
 - a model is a built-in name or a model directory (a ``config.json``), and not a training run's
   directory (whose checkpoints are under ``checkpoints/``);
 - a task source loads and its split holds tasks;
-- the sandbox backend can start here (bubblewrap for ``local``, a Docker engine for ``docker``).
+- the sandbox backend can start here (bubblewrap for ``local``, a Docker engine for ``docker``);
+- under ``torchrun`` (``WORLD_SIZE > 1``), that torchrun started the ranks and that the run's
+  settings suit a trainer sharded over them (:func:`check_ranks`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lego.config import LegoConfig
 from lego.errors import ConfigError, TaskError
 
-__all__ = ["BUILT_IN_MODELS", "check_harness", "check_model", "check_sandbox", "check_tasks", "check_train"]
+__all__ = [
+    "BUILT_IN_MODELS",
+    "check_harness",
+    "check_model",
+    "check_ranks",
+    "check_sandbox",
+    "check_tasks",
+    "check_train",
+]
 
 BUILT_IN_MODELS = ("default", "tiny")
 """Model names that are no directory: the embedded default and the random-weight tiny model."""
@@ -110,8 +121,38 @@ def _answers(argv: list[str]) -> bool:
         return False
 
 
+def check_ranks(cfg: LegoConfig, env: Mapping[str, str] = os.environ) -> None:
+    """Under ``torchrun`` (``WORLD_SIZE > 1`` in ``env``): the ranks were started by torchrun, and
+    the trainer's weights can leave its FSDP2 shards for the engine and the checkpoints."""
+    try:
+        world = int(env.get("WORLD_SIZE", "1") or "1")
+    except ValueError:
+        raise ConfigError(f"WORLD_SIZE={env['WORLD_SIZE']!r} is not a number; let torchrun set it") from None
+    if world <= 1:
+        return
+    missing = [k for k in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
+    if missing:
+        raise ConfigError(
+            f"WORLD_SIZE={world} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not, so "
+            "no process group can start: run the ranks with `torchrun --standalone --nproc-per-node N -m lego "
+            "train ...`, or unset WORLD_SIZE to train in one process"
+        )
+    if cfg.training.finetune == "lora":
+        raise ConfigError(
+            f"training.finetune: 'lora' with {world} ranks: the sharded trainer gathers full weights, not a LoRA "
+            "adapter, for the engine and the checkpoints; set -o training.finetune=full under torchrun, or "
+            "train the adapter in one process"
+        )
+    if cfg.engine.kind == "oracle":
+        raise ConfigError(
+            "engine.kind: 'oracle' never trains, so there is no trainer to shard over ranks; train with "
+            "engine.kind='transformers' or 'vllm', or run `lego train` in one process"
+        )
+
+
 def check_train(cfg: LegoConfig) -> None:
     """Everything `lego train` is about to use, before the policy loads."""
+    check_ranks(cfg)
     harnesses: Iterable[tuple[str, str]] = (
         [(name, "harness.weights") for name in cfg.harness.weights]
         if cfg.harness.weights

@@ -24,7 +24,7 @@ from lego.conductor.step_summary import step_metrics, summary_line
 from lego.config import LegoConfig
 from lego.errors import RolloutsFailedError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text
-from lego.training.checkpoint import save_checkpoint
+from lego.training.ranks import StepChannel
 from lego.training.trainer import Trainer, items_from_trajectories
 from lego.training.weight_sync import WeightSync
 from lego.types import StepMetrics, Task, Trajectory
@@ -61,6 +61,9 @@ class StepCloser:
     on_step: Callable[[int, dict[str, float]], None] | None = None
     saved_step: int = 0
     last_line: dict[str, Any] | None = None
+    ranks: StepChannel = field(default_factory=StepChannel.solo)
+    """Under torchrun, how the update, the push and the checkpoint reach every rank's shard
+    (:mod:`lego.training.ranks`); in one process each is the trainer's own call."""
     busy_s: float = field(default=0.0)
     """Seconds spent in updates and weight pushes so far (the trainer's busy time)."""
     closing: bool = False
@@ -125,8 +128,8 @@ class StepCloser:
         t_busy = time.monotonic()
         # the asynchronous loop names the trainer's version, so a batch of stale tokens is known as stale;
         # the synchronous loop leaves it to the trainer (the batch's newest version: exact there)
-        train_m = trainer.train_step(items, policy_version=policy_version) if items else {}
-        version = self.weights.push(trainer) if items else self.policy.engine.policy_version
+        train_m = self.ranks.train_step(trainer, items, policy_version) if items else {}
+        version = self.ranks.push(self.weights, trainer) if items else self.policy.engine.policy_version
         update_s = time.monotonic() - t_busy
         self.busy_s += update_s
         m = step_metrics(trajs, train_m)
@@ -171,6 +174,4 @@ class StepCloser:
         carry the merged weights too, so every checkpoint is a loadable model dir (`lego eval`,
         `lego bench learn`, `lego proxy --model` take it as is)."""
         extra: dict[str, Any] = {"metrics": line, **(checkpoint_extra() if checkpoint_extra else {})}
-        return save_checkpoint(
-            self.trainer, self.run.root, extra=extra, export_merged=self.cfg.training.finetune == "lora"
-        )
+        return self.ranks.save(self.trainer, self.run.root, extra, export_merged=self.cfg.training.finetune == "lora")

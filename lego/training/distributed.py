@@ -6,6 +6,11 @@ starts the process group (NCCL on CUDA, gloo on CPU). :func:`shard_model` applie
 the PyTorch FSDP2 docs recommend for transformers. Every helper is a no-op in a single process, so
 the trainer calls them unconditionally.
 
+Two process groups: the default one (NCCL on CUDA, gloo on CPU) carries the training collectives;
+a gloo *control* group (:func:`control_group`) carries the small pickled commands rank 0 sends
+its followers between steps (:mod:`lego.training.ranks`). Its timeout is a day: the followers wait
+in it while rank 0 runs a step's rollouts, which take minutes, and must not time out there.
+
 How the batch is split: every rank sees the whole list of items (the rollouts are gathered on
 rank 0 and broadcast by the caller), computes the same global token weights, and takes micro-batch
 k when ``k % world_size == rank``. Each rank's loss is its share of the full-batch loss; FSDP2's
@@ -17,15 +22,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from lego.errors import ConfigError
+
 __all__ = [
     "DistInfo",
     "all_reduce_max",
     "all_reduce_sum",
+    "broadcast_from_main",
+    "control_group",
     "current",
     "full_optimizer_state",
     "full_state_dict",
@@ -35,6 +45,11 @@ __all__ = [
     "load_full_optimizer_state",
     "shard_model",
 ]
+
+CONTROL_TIMEOUT = timedelta(hours=24)
+"""How long a follower waits in the control group for rank 0's next command (a step's rollouts)."""
+
+_control: Any = None
 
 
 @dataclass(frozen=True)
@@ -65,9 +80,34 @@ def init_from_env() -> DistInfo:
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            visible = torch.cuda.device_count()
+            if visible < local_world:
+                raise ConfigError(
+                    f"torchrun started {local_world} processes on this node but {visible} GPU(s) are visible "
+                    "(CUDA_VISIBLE_DEVICES); pass --nproc-per-node at most the GPU count, one GPU per rank"
+                )
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)
     return current()
+
+
+def control_group() -> Any:
+    """The gloo group for rank 0's commands (created on first call; every rank must make that call)."""
+    global _control
+    if _control is None and _active():
+        _control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+    return _control
+
+
+def broadcast_from_main(obj: Any, group: Any = None) -> Any:
+    """``obj`` as rank 0 has it, on every rank (pickled; a no-op in one process). Blocks until rank 0
+    sends: over ``group`` (the control group for commands), whose timeout bounds the wait."""
+    if not _active():
+        return obj
+    box = [obj if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
 
 
 def shard_model(model: torch.nn.Module) -> torch.nn.Module:

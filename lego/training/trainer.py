@@ -449,8 +449,9 @@ class Trainer:
             return self.token_logp(mb)[0]
 
     def _reduce_metrics(self, sums: dict[str, float], rmax: float, rmin: float) -> dict[str, float]:
-        keys = sorted(sums)
-        out = dict(zip(keys, dist_utils.all_reduce_sum([sums[k] for k in keys]), strict=True))
+        # every rank's names: a rank that ran only padding passes (fewer micro-batches than ranks) has none
+        keys = sorted(set(dist_utils.gather_labels(sorted(sums))))
+        out = dict(zip(keys, dist_utils.all_reduce_sum([sums.get(k, 0.0) for k in keys]), strict=True))
         n = max(out.get("actor/tokens", 0.0), 1.0)
         out = {k: (v if k in _SUMMED else v / n) for k, v in out.items()}
         out["actor/ratio_max"] = dist_utils.all_reduce_max(rmax)

@@ -1,8 +1,10 @@
-"""FSDP2 scale-out: 2 CPU processes on gloo compute the same loss and gradients as 1 process."""
+"""FSDP2 scale-out: 2 CPU processes on gloo compute the same loss and gradients as 1 process; a
+follower carries out every command rank 0 sends through the StepChannel; a dead follower is named."""
 
 import os
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,3 +80,102 @@ def test_two_gloo_ranks_match_one_process(model_dir, items, make_config, tmp_pat
     a, b = single.engine_state_dict(), resumed.engine_state_dict()
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-5), (k, (a[k] - b[k]).abs().max())
+
+
+class _KeepWeights:
+    """A WeightSync double: keeps what it was pushed, as an in-process engine would serve it."""
+
+    def __init__(self) -> None:
+        self.pushed: list[dict[str, torch.Tensor]] = []
+
+    def push(self, trainer) -> int:
+        self.pushed.append({k: v.clone() for k, v in trainer.engine_state_dict().items()})
+        return len(self.pushed)
+
+    def close(self) -> None:
+        return None
+
+
+def _channel_worker(rank: int, world: int, port: int, model_dir: str, items, cfg, out: str, run_dir: str) -> None:
+    from lego.training.ranks import StepChannel, follow
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        channel = StepChannel.open()
+        trainer = Trainer(model_dir, cfg, device="cpu")
+        if rank == 0:
+            weights = _KeepWeights()
+            first = channel.train_step(trainer, items, None)
+            channel.push(weights, trainer)
+            saved = channel.save(trainer, Path(run_dir), {"note": "step 1"}, export_merged=False)
+            channel.train_step(trainer, items, None)  # step 2, then back to step 1's checkpoint
+            extra = channel.restore(trainer, saved)
+            channel.push(weights, trainer)
+            channel.stop()
+            result = {"first": first, "pushed": weights.pushed, "extra": extra, "saved_step": channel.saved_step}
+        else:
+            result = {"done": follow(channel, trainer)}
+        result["step_count"] = trainer.step_count
+        torch.save(result, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_followers_take_every_command_rank_0_sends(model_dir, items, make_config, tmp_path):
+    cfg = make_config(micro_batch_size=3)
+    single = Trainer(model_dir, cfg, device="cpu")
+    straight = single.train_step(items)
+    after_one = single.engine_state_dict()
+
+    out = str(tmp_path / "result")
+    args = (2, _free_port(), str(model_dir), items, cfg, out, str(tmp_path / "run"))
+    mp.spawn(_channel_worker, args=args, nprocs=2, join=True)
+    lead, follower = torch.load(f"{out}.0", weights_only=False), torch.load(f"{out}.1", weights_only=False)
+
+    assert follower["done"] == 6  # Train, Push, Save, Train, Restore, Push; then Stop
+    assert lead["step_count"] == follower["step_count"] == 1  # step 2 undone on both ranks by the restore
+    assert lead["extra"] == {"note": "step 1"} and lead["saved_step"] == 1
+    assert lead["first"]["actor/pg_loss"] == pytest.approx(straight["actor/pg_loss"], abs=1e-6)
+    one, restored = lead["pushed"]
+    for k in after_one:  # the 2-rank step is the 1-process step (the FSDP2 test above bounds it at 1e-6)
+        assert torch.allclose(one[k], after_one[k], atol=1e-6), (k, (one[k] - after_one[k]).abs().max())
+        assert torch.equal(restored[k], one[k]), k  # the restored checkpoint is step 1's weights exactly
+
+
+def _lost_worker(rank: int, world: int, port: int, model_dir: str, items, cfg, out: str) -> None:
+    from lego.errors import RankFailedError
+    from lego.training.ranks import StepChannel
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    channel = StepChannel.open()
+    if rank == 1:
+        os._exit(3)  # a follower that dies between steps (killed, out of memory)
+    trainer = Trainer(model_dir, cfg, device="cpu")
+    try:
+        channel.train_step(trainer, items, None)
+        result = "no error"
+    except RankFailedError as exc:
+        result = f"{exc.rank}: {exc}"
+    with open(out, "w") as fh:
+        fh.write(result)
+    os._exit(0)  # the default group lost a member: tearing it down could wait on the dead rank
+
+
+def test_a_dead_follower_is_named_not_waited_for(model_dir, items, make_config, tmp_path):
+    out = tmp_path / "result.txt"
+    args = (2, _free_port(), str(model_dir), items, make_config(micro_batch_size=3), str(out))
+    ctx = mp.spawn(_lost_worker, args=args, nprocs=2, join=False)
+    ctx.processes[0].join(120)
+    alive = ctx.processes[0].is_alive()
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+        p.join()
+    assert not alive, "rank 0 waited for a dead follower"
+    text = out.read_text()
+    assert text.startswith("1: rank 1 of the trainer is gone"), text
+    assert "--resume" in text

@@ -115,14 +115,20 @@ def _quiet_libraries() -> None:
 def invoked_as() -> str:
     """This CLI as the user started it, to print in a command they can type again: ``lego`` when that
     is what their PATH finds, the path they typed otherwise (``.venv/bin/lego`` after the README's
-    set-up), ``python -m lego.conductor.cli.main`` under ``-m``."""
+    set-up), ``python -m lego`` (or the module they named) under ``-m``, and under ``torchrun``
+    the torchrun command that starts as many ranks again."""
     import os
     import shlex
     import shutil
 
     prog = sys.argv[0] if sys.argv and sys.argv[0] else "lego"
     if prog.endswith(".py") or prog == "-m":
-        return f"{shlex.quote(sys.executable)} -m lego.conductor.cli.main"
+        module = "lego" if os.path.basename(prog) == "__main__.py" else "lego.conductor.cli.main"
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun started this rank
+            nodes = os.environ.get("GROUP_WORLD_SIZE", "1")
+            where = "--standalone" if nodes == "1" else f"--nnodes {nodes} --rdzv-endpoint HOST:PORT"
+            return f"torchrun {where} --nproc-per-node {os.environ.get('LOCAL_WORLD_SIZE', '1')} -m {module}"
+        return f"{shlex.quote(sys.executable)} -m {module}"
     name = os.path.basename(prog)
     found = shutil.which(name)
     if found is not None and os.path.realpath(found) == os.path.realpath(prog):

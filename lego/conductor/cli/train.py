@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import NoReturn
 
 import click
 
@@ -52,22 +53,32 @@ def train(config: str | None, resume: bool, overrides: tuple[str, ...], unsafe_n
 
     from lego.conductor.loop import TrainingInterrupted
     from lego.conductor.loop import train as run_train
+    from lego.errors import RankFailedError
 
+    lego = invoked_as()  # as typed: `.venv/bin/lego` after the README's set-up is not on PATH
+    flags = _same_flags(config, overrides) + (" --unsafe-no-isolation" if unsafe_no_isolation else "")
     try:
         run = run_train(cfg, resume=resume)
+    except RankFailedError as lost:
+        click.secho(f"error: RankFailedError: {lost}", fg="red", err=True)
+        click.echo(f"continue with `{lego} train --resume{flags}`", err=True)
+        _leave(1)
     except TrainingInterrupted as stop:
-        lego = invoked_as()  # as typed: `.venv/bin/lego` after the README's set-up is not on PATH
-        flags = _same_flags(config, overrides) + (" --unsafe-no-isolation" if unsafe_no_isolation else "")
         if stop.saved_step:
             click.echo(f"saved step {stop.saved_step}; continue with `{lego} train --resume`{flags}")
         else:
             click.echo(f"no step finished, nothing saved; start again with `{lego} train`{flags}")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Rollout threads may still be draining a closed proxy; the interpreter would join them at exit.
-        # Their sandboxes die with this process (bwrap --die-with-parent).
-        os._exit(130)
-    click.echo(f"run: {run.root}  (lego report {run.root})")
+        _leave(130)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, the followers have nothing to report
+        click.echo(f"run: {run.root}  (lego report {run.root})")
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit at once: rollout threads may still be draining a closed proxy, and the interpreter would
+    join them at exit. Their sandboxes die with this process (bwrap --die-with-parent)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _same_flags(config: str | None, overrides: tuple[str, ...]) -> str:
