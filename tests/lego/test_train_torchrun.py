@@ -169,6 +169,19 @@ def test_torchrun_refuses_a_lora_run_before_any_compute(tasks: Path, tiny_model_
     assert "ready in" not in text and not out.exists()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU count check runs on CUDA")
+def test_more_ranks_than_gpus_is_refused_with_the_count(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    ranks = str(torch.cuda.device_count() + 1)
+    argv = [*TORCHRUN[:3], ranks, *TORCHRUN[4:], "train"]
+    for o in train_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=1):
+        argv += ["-o", o]
+    res = _run(argv, timeout=300)
+    text = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert f"torchrun started {ranks} processes on this node but" in text and "--nproc-per-node" in text, text[-3000:]
+
+
 def test_check_ranks_names_the_field_and_the_fix() -> None:
     torchrun = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     check_ranks(load_config(None, ["training.finetune=full"]), torchrun)  # the default, fully fine-tuned

@@ -96,15 +96,20 @@ class _KeepWeights:
         return None
 
 
-def _channel_worker(rank: int, world: int, port: int, model_dir: str, items, cfg, out: str, run_dir: str) -> None:
+def _channel_worker(
+    rank: int, world: int, port: int, model_dir: str, items, cfg, out: str, run_dir: str, backend: str = "gloo"
+) -> None:
     from lego.training.ranks import StepChannel, follow
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         channel = StepChannel.open()
-        trainer = Trainer(model_dir, cfg, device="cpu")
+        trainer = Trainer(model_dir, cfg, device=device)
         if rank == 0:
             weights = _KeepWeights()
             first = channel.train_step(trainer, items, None)
@@ -124,13 +129,22 @@ def _channel_worker(rank: int, world: int, port: int, model_dir: str, items, cfg
 
 
 def test_followers_take_every_command_rank_0_sends(model_dir, items, make_config, tmp_path):
-    cfg = make_config(micro_batch_size=3)
-    single = Trainer(model_dir, cfg, device="cpu")
+    _check_the_channel(model_dir, items, make_config(micro_batch_size=3), tmp_path, "gloo", "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDP2 on NCCL: two GPUs, one per rank")
+def test_followers_take_every_command_on_nccl(model_dir, items, make_config, tmp_path):
+    _check_the_channel(model_dir, items, make_config(micro_batch_size=3), tmp_path, "nccl", "cuda:0")
+
+
+def _check_the_channel(model_dir, items, cfg, tmp_path, backend: str, device: str) -> None:
+    single = Trainer(model_dir, cfg, device=device)
     straight = single.train_step(items)
-    after_one = single.engine_state_dict()
+    after_one = {k: v.cpu() for k, v in single.engine_state_dict().items()}
 
     out = str(tmp_path / "result")
-    args = (2, _free_port(), str(model_dir), items, cfg, out, str(tmp_path / "run"))
+    args = (2, _free_port(), str(model_dir), items, cfg, out, str(tmp_path / "run"), backend)
     mp.spawn(_channel_worker, args=args, nprocs=2, join=True)
     lead, follower = torch.load(f"{out}.0", weights_only=False), torch.load(f"{out}.1", weights_only=False)
 
@@ -138,7 +152,7 @@ def test_followers_take_every_command_rank_0_sends(model_dir, items, make_config
     assert lead["step_count"] == follower["step_count"] == 1  # step 2 undone on both ranks by the restore
     assert lead["extra"] == {"note": "step 1"} and lead["saved_step"] == 1
     assert lead["first"]["actor/pg_loss"] == pytest.approx(straight["actor/pg_loss"], abs=1e-6)
-    one, restored = lead["pushed"]
+    one, restored = ({k: v.cpu() for k, v in pushed.items()} for pushed in lead["pushed"])
     for k in after_one:  # the 2-rank step is the 1-process step (the FSDP2 test above bounds it at 1e-6)
         assert torch.allclose(one[k], after_one[k], atol=1e-6), (k, (one[k] - after_one[k]).abs().max())
         assert torch.equal(restored[k], one[k]), k  # the restored checkpoint is step 1's weights exactly
