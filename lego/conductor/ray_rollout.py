@@ -138,9 +138,8 @@ class RayRolloutRunner:
             return crashed_trajectory(task, harness, runner.policy.name, exc)
 
         nxt = 0
-        if watch is not None:
-            watch.__enter__()
         try:
+            watch.__enter__()
             while nxt < len(jobs) or pending:
                 while nxt < len(jobs) and len(pending) < max(1, concurrency):
                     i, (task, harness, opts) = nxt, jobs[nxt]
@@ -151,8 +150,7 @@ class RayRolloutRunner:
                     except Exception as exc:  # as the threads backend: a bug below must not kill the batch
                         record(i, crashed(i, exc))
                         continue
-                    if watch is not None:
-                        watch.started(sid)
+                    watch.started(sid)
                     job = DriveJob(self.cfg, task, harness, sid, token, opts, proxy.config)
                     ref = self._task.remote(job, self.proxy_addr)
                     pending[ref] = (i, sid, t0)
@@ -167,13 +165,11 @@ class RayRolloutRunner:
                     except Exception as exc:  # RayTaskError, a lost worker, a bug in finish
                         traj = crashed(i, exc)
                     finally:
-                        if watch is not None:
-                            watch.ended(sid)
+                        watch.ended(sid)
                         proxy.close_session(sid)
                     record(i, traj)
         finally:
-            if watch is not None:
-                watch.__exit__(None, None, None)
+            watch.__exit__(None, None, None)
             for ref, (_, sid, _) in pending.items():  # interrupted: stop the workers, free the sessions
                 ray.cancel(ref, force=True)
                 proxy.close_session(sid)

@@ -25,7 +25,6 @@ and ``lego eval``'s sample function :mod:`lego.conductor.eval_samples`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import traceback
@@ -212,19 +211,14 @@ class RolloutRunner:
             if on_done is not None:
                 on_done(i, traj)
 
-        with contextlib.ExitStack() as stack:
-            if watch is not None:
-                stack.enter_context(watch)
-            with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout") as pool:
-                list(pool.map(one, range(len(jobs))))
+        with watch, ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout") as pool:
+            list(pool.map(one, range(len(jobs))))
         return [t for t in out if t is not None]
 
-    def straggler_watch(self, total: int) -> StragglerWatch | None:
-        """The straggler watch of a batch of ``total`` rollouts, or None when ``training.straggler_multiple``
-        is 0 or the batch has a single rollout."""
-        multiple = self.cfg.training.straggler_multiple
-        if multiple <= 0 or total < 2:
-            return None
+    def straggler_watch(self, total: int) -> StragglerWatch:
+        """The straggler watch of a batch of ``total`` rollouts: off when ``training.straggler_multiple`` is 0
+        or the batch has a single rollout (nothing to compare it with)."""
+        multiple = self.cfg.training.straggler_multiple if total > 1 else 0.0
         return StragglerWatch(self.policy.proxy.cut_session, multiple, total)
 
 

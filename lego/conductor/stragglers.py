@@ -33,7 +33,7 @@ class StragglerWatch:
     """Watches one batch of ``total`` rollouts and cuts its stragglers (module doc).
 
     ``cut(session_id, reason)`` stops a session at its next turn boundary; ``multiple``: how many
-    median durations a rollout may run; ``clock``: seconds, monotonic. The runner calls :meth:`started`
+    median durations a rollout may run (0: the watch is off, it cuts nothing and starts no thread); ``clock``: seconds, monotonic. The runner calls :meth:`started`
     and :meth:`ended` per session; a background thread (``with watch:``) calls :meth:`check` every
     ``poll_s``. Thread-safe."""
 
@@ -46,8 +46,8 @@ class StragglerWatch:
         clock: Callable[[], float] = time.monotonic,
         poll_s: float = 0.5,
     ) -> None:
-        if multiple <= 0:
-            raise ValueError(f"multiple must be positive, got {multiple}")
+        if multiple < 0:
+            raise ValueError(f"multiple must be 0 (off) or positive, got {multiple}")
         self._cut, self.multiple, self.total = cut, multiple, total
         self._clock, self._poll_s = clock, poll_s
         self._lock = threading.Lock()
@@ -70,7 +70,7 @@ class StragglerWatch:
     def limit_s(self) -> float | None:
         """The running time past which a rollout is cut now; None until half the batch has ended."""
         with self._lock:
-            if len(self._durations) < math.ceil(self.total / 2):
+            if not self.multiple or len(self._durations) < math.ceil(self.total / 2):
                 return None
             return self.multiple * statistics.median(self._durations)
 
@@ -102,6 +102,8 @@ class StragglerWatch:
             self.check()
 
     def __enter__(self) -> StragglerWatch:
+        if not self.multiple:
+            return self
         self._thread = threading.Thread(target=self._loop, name="straggler-watch", daemon=True)
         self._thread.start()
         return self

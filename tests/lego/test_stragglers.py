@@ -51,6 +51,14 @@ def test_a_session_the_proxy_no_longer_has_is_not_counted_as_cut():
     assert watch.check() == [] and watch.cut_sessions == {}
 
 
-def test_a_multiple_must_be_positive():
-    with pytest.raises(ValueError, match="multiple must be positive"):
-        StragglerWatch(lambda sid, why: True, 0.0, 4)
+def test_multiple_zero_is_off_and_a_negative_one_refused():
+    clock, cuts = Clock(), []
+    with StragglerWatch(lambda sid, why: cuts.append(sid) or True, 0.0, 2, clock=clock) as off:
+        off.started("a")
+        off.started("b")
+        clock.now = 1.0
+        off.ended("a")
+        clock.now = 1000.0
+        assert off.limit_s() is None and off.check() == [] and cuts == [] and off._thread is None
+    with pytest.raises(ValueError, match="multiple must be 0 \\(off\\) or positive"):
+        StragglerWatch(lambda sid, why: True, -1.0, 4)
