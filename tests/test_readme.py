@@ -33,8 +33,9 @@ NOT_RUN: dict[str, str] = {
     "cp -r /models/Qwen3-8B": "copies the user's checkpoint, a placeholder path",
     "CUDA_VISIBLE_DEVICES=1 lego train lego/configs/vllm-qwen3.toml": "needs the vLLM server above; "
     "tests/lego/test_scaleout_recipe.py runs it against a vLLM stand-in, and without a server",
-    "torchrun --standalone --nproc-per-node 2 -m lego train": "three steps of the default on two ranks (tens of "
-    "minutes on a 2-core CPU); tests/lego/test_train_torchrun.py runs the same command on a short task",
+    "torchrun --standalone --nproc-per-node 2 -m lego train": "three steps of the default on two ranks (~80 s a "
+    "step here, run by hand: rc 0); tests/lego/test_train_torchrun.py runs the same launcher and flags with 2 steps "
+    "on a short task",
     "ray start": "starts a Ray cluster node (tests/lego/test_ray_rollout.py runs the backend on a local Ray)",
     "lego train lego/configs/cluster.toml": "needs a Ray cluster, Docker and the vLLM server; "
     "tests/lego/test_scaleout_recipe.py loads it with the README's flags and runs its preflight",
