@@ -260,7 +260,9 @@ def train(
     dist_utils.init_from_env()
     channel = StepChannel.open()
     if not channel.is_main:
-        return _follow(cfg, channel)
+        run_dir = _follow(cfg, channel)  # an error here ends this rank; rank 0 names it
+        dist_utils.shutdown()
+        return run_dir
     lost = False
     try:
         with channel.watch():
@@ -269,8 +271,8 @@ def train(
         lost = True  # a collective with a dead rank could wait forever: the others are torchrun's to end
         raise
     finally:
-        if not lost:
-            channel.stop()
+        if not lost and channel.stop():
+            dist_utils.shutdown()  # every follower took Stop: all ranks leave the group together
 
 
 def _follow(cfg: LegoConfig, channel: StepChannel) -> RunDir:

@@ -44,12 +44,18 @@ __all__ = [
     "init_from_env",
     "load_full_optimizer_state",
     "shard_model",
+    "shutdown",
 ]
 
 CONTROL_TIMEOUT = timedelta(hours=24)
 """How long a follower waits in the control group for rank 0's next command (a step's rollouts)."""
 
+SHUTDOWN_WAIT = timedelta(seconds=60)
+"""How long a rank waits at the closing barrier for the others to reach the end of the run."""
+
 _control: Any = None
+_owned = False
+"""Whether :func:`init_from_env` started the process group (then :func:`shutdown` ends it)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,32 @@ def init_from_env() -> DistInfo:
                 )
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)
+        global _owned
+        _owned = True
     return current()
+
+
+def shutdown() -> None:
+    """Leave the process group in order, on every rank once the run is over: all ranks meet at a
+    barrier on the control group (at most :data:`SHUTDOWN_WAIT`), then each destroys its groups.
+
+    A process that exits with its gloo groups still alive tears them down in the interpreter's
+    final destructors, and a peer that closed its sockets first can then abort it there
+    ("terminate called without an active exception", SIGABRT: a finished run reported as failed).
+    Only a group :func:`init_from_env` started is ended; a barrier that times out (a rank stuck or
+    gone) does not stop the others from leaving."""
+    global _control, _owned
+    if not (_owned and dist.is_initialized()):
+        return
+    try:
+        if _control is not None:
+            dist.monitored_barrier(group=_control, timeout=SHUTDOWN_WAIT)
+    except (RuntimeError, dist.DistError):
+        pass  # the run's own outcome is already decided; a rank that is stuck is torchrun's to end
+    finally:
+        dist.destroy_process_group()
+        _control = None
+        _owned = False
 
 
 def control_group() -> Any:

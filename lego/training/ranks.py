@@ -184,21 +184,24 @@ class StepChannel:
         self.saved_step = trainer.step_count
         return extra
 
-    def stop(self) -> None:
-        """Tell the followers the run is over. Never raises, and gives up after :data:`STOP_WAIT_S`:
-        a follower that is gone, or stuck, is torchrun's to end once rank 0 exits."""
+    def stop(self) -> bool:
+        """Tell the followers the run is over; whether every one took it. Never raises, and gives up
+        after :data:`STOP_WAIT_S`: a follower that is gone, or stuck, is torchrun's to end once rank 0 exits."""
         if self.info.world_size == 1:
-            return
+            return True
+        handed = threading.Event()
 
         def hand_over() -> None:
             try:
                 dist_utils.broadcast_from_main(Stop(), self.group)
             except (RuntimeError, dist.DistError):
                 return
+            handed.set()
 
         worker = threading.Thread(target=hand_over, name="stop-followers", daemon=True)
         worker.start()
         worker.join(STOP_WAIT_S)
+        return handed.is_set()
 
     def lost_rank(self, wait_s: float = 0.0) -> int | None:
         """The first follower on this host whose process has exited, looking for up to ``wait_s``."""
