@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import ipaddress
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, model_validator
 
 from lego.config.base import Section
 
@@ -37,3 +41,56 @@ class ServeConfig(Section):
         description="Exact strings redacted wherever they appear, besides the built-in patterns (API keys, tokens, "
         "private keys, secret-looking KEY=value lines) and the harness's own API key: e.g. a password of yours.",
     )
+    judge: Literal["rules", "model"] = Field(
+        "rules",
+        description="`lego serve judge`: `rules` (the next state's tests, failed commands, the person's words and "
+        "feedback, scored by the rubric in lego.learn.judge) or `model` (a judge model scores each turn from its "
+        "next state, by the documented rubric).",
+    )
+    judge_url: str | None = Field(
+        None,
+        description="The model judge's OpenAI-compatible base URL (ending in /v1). None: the policy itself "
+        "([engine]), served in-process for the judging run. A URL off this machine is refused unless "
+        "serve.judge_allow_remote.",
+    )
+    judge_model: str = Field("policy", description="The `model` field sent to serve.judge_url.")
+    judge_votes: int = Field(
+        1, ge=1, le=32, description="Replies sampled per turn; the verdict is their mean score (OpenClaw-RL's vote)."
+    )
+    judge_temperature: float = Field(
+        0.0, ge=0, le=2, description="The judge's sampling temperature (> 0 when serve.judge_votes > 1)."
+    )
+    judge_max_tokens: int = Field(512, ge=16, description="Most tokens of one judge reply.")
+    judge_allow_remote: bool = Field(
+        False,
+        description="Let serve.judge_url name another machine: your sessions' (redacted) turns are sent there.",
+    )
+
+    @model_validator(mode="after")
+    def _judge_stays_here(self) -> ServeConfig:
+        if self.judge_votes > 1 and self.judge_temperature == 0:
+            raise ValueError(
+                f"serve.judge_votes={self.judge_votes} at serve.judge_temperature=0 samples the same reply "
+                f"{self.judge_votes} times: give serve.judge_temperature > 0 (e.g. 0.6) or serve.judge_votes=1"
+            )
+        if self.judge_url is not None:
+            parts = urlsplit(self.judge_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    f"serve.judge_url={self.judge_url!r} is not an http(s) URL: give e.g. http://127.0.0.1:8000/v1"
+                )
+            if not (_loopback(parts.hostname) or self.judge_allow_remote):
+                raise ValueError(
+                    f"serve.judge_url={self.judge_url!r} is off this machine, and the judge is sent your sessions: "
+                    "serve a judge on 127.0.0.1, or set serve.judge_allow_remote=true to send them there"
+                )
+        return self
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

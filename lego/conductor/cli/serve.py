@@ -7,6 +7,7 @@ redaction).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,7 +70,9 @@ def serve_group(
     eval "$(lego serve session new)"        open a recorded session: exports OPENAI_/ANTHROPIC_ BASE_URL and API_KEY
     lego serve session new --private        served, never written (only counted)
     lego feedback SESSION [TURN] +1|-1 [TEXT]
-    lego serve export OUT.jsonl             every recorded turn with its feedback
+    lego serve judge [--judge model]        score every settled turn from what followed it
+    lego serve turns SESSION                each turn, what followed it, its verdicts
+    lego serve export OUT.jsonl             every recorded turn with its feedback and verdicts
     lego serve purge --session S | --all    delete what was recorded
 
     Point any harness at the session's base URL with the session's key as its API key: every
@@ -113,9 +116,9 @@ def serve_group(
     serve_until_signalled(server)
 
 
-def _serve_config(ctx: click.Context) -> LegoConfig:
+def _serve_config(ctx: click.Context, more: dict[str, Any] | None = None) -> LegoConfig:
     config, overrides, flags = ctx.obj["config"]
-    return _config(config, overrides, flags)
+    return _config(config, overrides, {**flags, **(more or {})})
 
 
 @serve_group.group("session")
@@ -184,12 +187,169 @@ def session_end(ctx: click.Context, session_id: str) -> None:
     click.echo(f"session {session_id} ended")
 
 
+@serve_group.command("judge")
+@click.option(
+    "--judge", "kind", type=click.Choice(["rules", "model"]), default=None, help="serve.judge (default rules)."
+)
+@click.option(
+    "--url", default=None, help="serve.judge_url: an OpenAI-compatible /v1 (default: the policy, in-process)."
+)
+@click.option("--judge-model", default=None, help="serve.judge_model: the model name sent to --url.")
+@click.option("--votes", type=click.IntRange(1, 32), default=None, help="serve.judge_votes (> 1 needs a temperature).")
+@click.option("--session", "sessions", multiple=True, help="Only this session (repeatable).")
+@click.option("--again", is_flag=True, help="Judge turns this judge judged before too (the old verdicts stay).")
+@click.pass_context
+def judge(
+    ctx: click.Context,
+    kind: str | None,
+    url: str | None,
+    judge_model: str | None,
+    votes: int | None,
+    sessions: tuple[str, ...],
+    again: bool,
+) -> None:
+    """Score every settled turn of the recorded sessions from its next state; keep each verdict beside its turn.
+
+    \b
+    lego serve judge                               the rules: tests red -> green, failed commands, "thanks"
+    lego serve judge --judge model                 the policy judges (served in-process for this run)
+    lego serve judge --judge model --url http://127.0.0.1:8000/v1 --judge-model Qwen/Qwen3-8B
+    lego serve turns SESSION                       read the verdicts, with what each judge saw
+
+    A turn is judged once per judge (a rerun continues where one stopped); the thread's last turn of a
+    session still open is left for later. A verdict without a score is written as such (no signal,
+    or a model reply without `Score: X`), never as 0. The rubric is in `lego.learn.judge`.
+    """
+    from lego.errors import LegoError
+    from lego.learn.judge import Judge, ModelJudge, RuleJudge, judge_store
+    from lego.learn.redact import Redactor
+    from lego.learn.server import open_store
+
+    more = {"serve.judge": kind, "serve.judge_url": url, "serve.judge_model": judge_model, "serve.judge_votes": votes}
+    cfg = _serve_config(ctx, more)
+    sc = cfg.serve
+    store = open_store(sc)
+    served = None
+    try:
+        chosen: Judge = RuleJudge()
+        if sc.judge == "model":
+            judge_url = sc.judge_url
+            if judge_url is None:
+                served = _serve_policy_for_judging(cfg)
+                judge_url = served.base_url
+                click.echo(f"judging with the policy {cfg.engine.model}, served at {judge_url}", err=True)
+            chosen = ModelJudge(
+                judge_url,
+                sc.judge_model,
+                api_key=os.environ.get("LEGO_JUDGE_API_KEY", ""),
+                votes=sc.judge_votes,
+                temperature=sc.judge_temperature,
+                max_tokens=sc.judge_max_tokens,
+            )
+        try:
+            report = judge_store(
+                store,
+                chosen,
+                session_ids=list(sessions) or None,
+                redactor=Redactor(sc.redact_literals),
+                again=again,
+                on_verdict=lambda v: click.echo(
+                    f"  {v.session_id} turn {v.turn}: {v.status}"
+                    + ("" if v.score is None else f" {v.score:+.2f}")
+                    + (f" ({', '.join(v.rules)})" if v.rules else ""),
+                    err=True,
+                ),
+            )
+        except KeyError as exc:
+            raise click.ClickException(f"{exc.args[0]}; `lego serve session list` shows them") from exc
+        except LegoError as exc:
+            raise click.ClickException(f"{exc} (the verdicts written so far are kept; rerun to continue)") from exc
+    finally:
+        store.close()
+        if served is not None:
+            served.stop()
+    click.echo(report.line())
+
+
+def _serve_policy_for_judging(cfg: LegoConfig) -> Any:
+    """The policy behind an OpenAI-compatible face on a free loopback port, for one judging run."""
+    from lego.engines import build_engine
+    from lego.models.chat import ChatFormat
+    from lego.models.tiny import resolve_model
+    from lego.proxies.server import ProxyServer
+
+    chat = ChatFormat.from_pretrained(resolve_model(cfg.engine.model), cfg.engine.chat_template, cfg.engine.tool_parser)
+    proxy_cfg = cfg.proxy.model_copy(update={"host": "127.0.0.1", "port": 0, "uds": None, "strict_sessions": False})
+    server = ProxyServer(build_engine(cfg.engine), chat, proxy_cfg)
+    server.start()
+    return server
+
+
+@serve_group.command("turns")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a turn: the turn, its next state, its verdicts.")
+@click.pass_context
+def turns(ctx: click.Context, session_id: str, as_json: bool) -> None:
+    """Each recorded turn of SESSION_ID: its reply, what followed it (results, tests, the person's
+    words, feedback) and every judge's verdict -- how each reward can be audited."""
+    from lego.learn.server import open_store
+    from lego.learn.signals import session_signals
+
+    store = open_store(_serve_config(ctx).serve)
+    try:
+        row = store.session(session_id)
+        records = list(store.iter_turns(session_id=session_id))
+    finally:
+        store.close()
+    if row is None:
+        raise click.ClickException(f"no session {session_id!r} in the store; `lego serve session list` shows them")
+    if row.private:
+        raise click.ClickException(f"session {session_id!r} is private: its turns were never written")
+    states = {s.turn: s for s in session_signals(records, ended=row.ended_at is not None)}
+    for t in records:
+        assert t.index is not None
+        state = states[t.index]
+        if as_json:
+            verdicts = [v.to_json() for v in t.verdicts]
+            click.echo(json.dumps({"turn": t.to_json(), "next_state": state.to_json(), "verdicts": verdicts}))
+            continue
+        click.echo(f"turn {t.index}  {'main' if t.main else t.thread}  {t.api}  v{t.policy_version}: {_said(t.reply)}")
+        click.echo(f"    next: {_next_line(state)}")
+        for v in t.verdicts:
+            score = "-" if v.score is None else f"{v.score:+.2f}"
+            click.echo(f"    {v.judge}: {v.status} {score}" + (f"  ({', '.join(v.rules)})" if v.rules else ""))
+
+
+def _said(reply: dict[str, Any]) -> str:
+    calls = [c.get("function", {}).get("name", "?") for c in reply.get("tool_calls") or []]
+    text = " ".join(str(reply.get("content") or "").split())
+    said = (text[:70] + "...") if len(text) > 70 else text
+    return " ".join(filter(None, [said, f"[calls {', '.join(calls)}]" if calls else ""])) or "(empty)"
+
+
+def _next_line(state: Any) -> str:
+    parts = [state.status]
+    for r in state.tool_results:
+        bits = [f"exit {r.exit_code}" if r.exit_code is not None else ""]
+        if r.test_run is not None:
+            bits.append(r.test_run.summary)
+        if r.traceback is not None:
+            bits.append(r.traceback.exc_type)
+        parts.append("result: " + (", ".join(b for b in bits if b) or "no exit code"))
+    if state.user_message:
+        parts.append(f"person: {' '.join(state.user_message.split())[:60]!r}")
+    parts += [f"feedback {f.score:+d}" for f in state.feedback]
+    if state.session_tests is not None:
+        parts.append(f"end: {state.session_tests.summary}")
+    return "; ".join(parts)
+
+
 @serve_group.command("export")
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--session", "session_id", default=None, help="Only this session.")
 @click.pass_context
 def export(ctx: click.Context, out: str, session_id: str | None) -> None:
-    """Write every recorded turn (redacted, with its feedback) to OUT as JSON lines; private sessions have none."""
+    """Write every recorded turn (redacted, with its feedback and verdicts) to OUT as JSON lines; private sessions have none."""
     from lego.io import atomic_write_text
     from lego.learn.server import open_store
 

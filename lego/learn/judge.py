@@ -1,0 +1,384 @@
+"""Judges: a turn's next state becomes a reward, and what the judge saw is kept beside the verdict.
+
+    judge = RuleJudge()                                   # or ModelJudge(url, model) (any OpenAI-compatible server)
+    report = judge_store(store, judge)                    # every settled turn not yet judged by `judge`
+    store.verdicts(session_id="s-1", judge="rules")       # the verdicts, with their inputs and raw replies
+
+A judge reads one :class:`~lego.learn.signals.NextState` (what followed the turn: its tool
+results, the person's next message, their feedback, the tests before and after) and returns a
+:class:`~lego.learn.records.Verdict`: a score in [-1, 1], or **no score** (``no_signal``: the next
+state said nothing either way; ``unparseable``: the model judge answered without a score) -- never
+a silent 0, so a learner can tell "neutral" from "unknown". Turns whose next state is not settled
+(``pending``: the thread's last turn of a session still open) are not judged yet.
+
+**The rules** (:class:`RuleJudge`, name ``rules``), each a named term; the score is the sum of the
+terms that fired, clipped to [-1, 1], and ``rules`` lists them:
+
+==========================  =====  ==============================================================
+rule                        score  fires when
+==========================  =====  ==============================================================
+``feedback``                mean   the person scored the turn (+1/-1): *only* this term counts
+``tests_fixed``              +1    the thread's last test run before the turn was red, its results' last run is green
+``tests_broke``              -1    the run before was green, now red
+``tests_fewer_failures``    +0.5   red before and after, fewer failed + errored
+``tests_more_failures``     -0.5   red before and after, more failed + errored
+``tests_green``             +0.5   a green run with no red one before it (nothing was fixed, nothing broke)
+``tests_still_red``         -0.5   red before and after, as many failed + errored
+``command_failed``          -0.5   a result failed (non-zero exit, or a traceback) and showed no test run
+``user_thanks``             +0.5   the person's next message thanks or confirms ("thanks", "works", "perfect")
+``user_requery``            -0.5   the person's next message says it is still wrong ("still fails", "doesn't work", "try again")
+``session_tests_green``      +1    the main thread's last turn of an ended session; its last test run green
+``session_tests_red``        -1    ... red
+==========================  =====  ==============================================================
+
+A first red run (none before it in the thread) fires nothing: running the tests to see the failure
+is how a fix starts. A re-query is read before thanks ("thanks, but it still fails" is a re-query). The phrases are
+English; a person who writes otherwise gives the model judge or explicit feedback.
+
+**The model judge** (:class:`ModelJudge`, name ``model:<model>``) sends the rubric below, the
+request's last user message, the turn's reply and its next state (as JSON, each result cut to
+``excerpt`` characters) to an OpenAI-compatible ``/chat/completions``; the reply ends in
+``Score: 1`` (the turn helped), ``Score: 0`` (unclear) or ``Score: -1`` (it did not). ``votes`` > 1
+samples that many replies (at ``temperature``) and averages the scores found; none found is
+``unparseable``. The verdict keeps the prompt and every reply. By default (`lego serve judge
+--judge model`) the URL is the policy itself, served in-process for the run; a URL off this
+machine is refused unless ``serve.judge_allow_remote`` (your sessions would leave it).
+
+Everything a verdict keeps is redacted again before it is written (:func:`judge_store`): the
+store's turns already are, but a model's reply is new text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from lego.errors import LegoError
+from lego.learn.records import TurnRecord, Verdict
+from lego.learn.redact import Redactor
+from lego.learn.signals import NextState, session_signals
+from lego.learn.store import TurnStore
+
+__all__ = [
+    "RUBRIC",
+    "RULES",
+    "Judge",
+    "JudgeError",
+    "JudgeReport",
+    "ModelJudge",
+    "RuleJudge",
+    "judge_store",
+    "parse_score",
+]
+
+RULES: dict[str, float] = {
+    "tests_fixed": 1.0,
+    "tests_broke": -1.0,
+    "tests_fewer_failures": 0.5,
+    "tests_more_failures": -0.5,
+    "tests_green": 0.5,
+    "tests_still_red": -0.5,
+    "command_failed": -0.5,
+    "user_thanks": 0.5,
+    "user_requery": -0.5,
+    "session_tests_green": 1.0,
+    "session_tests_red": -1.0,
+}
+"""Each rule's term (``feedback`` is the person's mean score and overrides the others)."""
+
+_REQUERY = re.compile(
+    r"\b(still\s+(fail\w*|broken|wrong|red|not|errors?|doesn'?t|does\s+not|isn'?t)|(does\s*n[o']?t|did\s*n[o']?t|"
+    r"not|isn'?t)\s+(work\w*|pass\w*|fix\w*|right)|try\s+again|wrong|that'?s\s+not|no\s+luck|same\s+(error|failure)|"
+    r"(test|tests)\s+(still\s+)?(fail\w*|error\w*))\b",
+    re.IGNORECASE,
+)
+_THANKS = re.compile(
+    r"\b(thanks?|thank\s+you|thx|works(\s+now)?|it\s+passes|(tests?|all)\s+pass\w*|perfect|great|lgtm|"
+    r"looks\s+good|well\s+done|that\s+did\s+it|solved|fixed\s+it)\b",
+    re.IGNORECASE,
+)
+
+
+class JudgeError(LegoError):
+    """The judge could not give a verdict (its server unreachable or answering in error): nothing was written."""
+
+
+class Judge(Protocol):
+    """Scores one turn from its next state."""
+
+    name: str
+
+    def judge(self, turn: TurnRecord, state: NextState) -> Verdict: ...
+
+
+# --------------------------------------------------------------------------------------- rules
+def _test_terms(state: NextState) -> list[str]:
+    after, before = state.tests, state.tests_before
+    if after is None:
+        return []
+    if before is not None and before.red and after.green:
+        return ["tests_fixed"]
+    if before is not None and before.green and after.red:
+        return ["tests_broke"]
+    if before is not None and before.red and after.red:
+        gone = (before.failed + before.errors) - (after.failed + after.errors)
+        if gone > 0:
+            return ["tests_fewer_failures"]
+        return ["tests_more_failures"] if gone < 0 else ["tests_still_red"]
+    # A first red run is no term: the agent may have just found the failure it was asked to fix.
+    return ["tests_green"] if after.green else []
+
+
+def _user_terms(text: str | None) -> list[str]:
+    if not text:
+        return []
+    if _REQUERY.search(text):
+        return ["user_requery"]
+    return ["user_thanks"] if _THANKS.search(text) else []
+
+
+def rule_terms(state: NextState) -> list[str]:
+    """The rules that fire on ``state`` (``feedback`` aside), in the table's order."""
+    terms = _test_terms(state)
+    if any(r.failed and r.test_run is None for r in state.tool_results):
+        terms.append("command_failed")
+    terms += _user_terms(state.user_message)
+    if state.session_tests is not None:
+        terms.append("session_tests_green" if state.session_tests.green else "session_tests_red")
+    return terms
+
+
+class RuleJudge:
+    """The rubric in the module docstring, as code: deterministic, no model."""
+
+    name = "rules"
+
+    def judge(self, turn: TurnRecord, state: NextState) -> Verdict:
+        inputs = {"next_state": state.to_json()}
+        if state.feedback:
+            score = sum(f.score for f in state.feedback) / len(state.feedback)
+            return _verdict(state, self.name, "scored", score, ("feedback",), inputs, "")
+        terms = rule_terms(state)
+        if not terms:
+            return _verdict(state, self.name, "no_signal", None, (), inputs, "")
+        score = max(-1.0, min(1.0, sum(RULES[t] for t in terms)))
+        return _verdict(state, self.name, "scored", score, tuple(terms), inputs, "")
+
+
+def _verdict(
+    state: NextState,
+    judge: str,
+    status: Any,
+    score: float | None,
+    rules: tuple[str, ...],
+    inputs: dict[str, Any],
+    raw: str,
+) -> Verdict:
+    return Verdict(state.session_id, state.turn, judge, status, score, rules, inputs, raw)
+
+
+# --------------------------------------------------------------------------------------- model
+RUBRIC = """You judge one step of a coding agent working for a person. You see what the person last asked, \
+the agent's reply (its text and the tools it called) and the NEXT STATE: what happened right after -- the \
+tools' results (exit codes, test runs, tracebacks), the person's next message, and at the end of a \
+session its final test run.
+
+Judge the reply by its next state only:
+- Score 1: the step moved the work forward -- failing tests now pass, the command it ran did what was \
+intended, the person confirmed or thanked.
+- Score -1: the step hurt or wasted the turn -- tests went from passing to failing, its command failed \
+for a reason the agent caused, the person corrected it, asked again or said it is still wrong.
+- Score 0: the next state does not tell.
+
+Think briefly, then end your answer with one line: Score: 1, Score: 0 or Score: -1."""
+
+_SCORE = re.compile(r"(?:score\s*[:=]\s*|\\boxed\{\s*)([+-]?\s*[01])(?:\.0+)?\s*\}?", re.IGNORECASE)
+
+
+def parse_score(text: str) -> int | None:
+    """The last ``Score: X`` (or ``\\boxed{X}``) in ``text``, X in {-1, 0, 1}; None when there is none."""
+    found = _SCORE.findall(text)
+    return int(found[-1].replace(" ", "")) if found else None
+
+
+def _reply_text(turn: TurnRecord) -> str:
+    reply = turn.reply
+    content = reply.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    lines = [str(content or "").strip()]
+    for call in reply.get("tool_calls") or []:
+        fn = call.get("function", {})
+        lines.append(f"[tool call] {fn.get('name', '?')}({fn.get('arguments', '')})")
+    return "\n".join(line for line in lines if line) or "(empty reply)"
+
+
+def _last_ask(turn: TurnRecord) -> str:
+    for m in reversed(turn.messages):
+        if m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            if str(content or "").strip():
+                return str(content).strip()
+    return "(none)"
+
+
+def judge_messages(turn: TurnRecord, state: NextState, excerpt: int = 2000) -> list[dict[str, str]]:
+    """The model judge's prompt for one turn (kept in the verdict's inputs)."""
+    body = (
+        f"THE PERSON LAST ASKED:\n{_last_ask(turn)}\n\n"
+        f"THE AGENT'S REPLY:\n{_reply_text(turn)}\n\n"
+        f"NEXT STATE (JSON):\n{json.dumps(state.to_json(excerpt), indent=1, ensure_ascii=False)}"
+    )
+    return [{"role": "system", "content": RUBRIC}, {"role": "user", "content": body}]
+
+
+@dataclass
+class ModelJudge:
+    """A judge model behind an OpenAI-compatible ``/chat/completions`` (``url`` is its base, ending in /v1)."""
+
+    url: str
+    model: str
+    api_key: str = ""
+    votes: int = 1
+    temperature: float = 0.0
+    max_tokens: int = 512
+    excerpt: int = 2000
+    timeout_s: float = 300.0
+    client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=None))
+
+    def __post_init__(self) -> None:
+        if self.votes < 1:
+            raise ValueError(f"votes must be >= 1, got {self.votes}")
+        self.name = f"model:{self.model}"
+
+    def judge(self, turn: TurnRecord, state: NextState) -> Verdict:
+        messages = judge_messages(turn, state, self.excerpt)
+        replies = [self._ask(messages, vote) for vote in range(self.votes)]
+        scores = [s for s in (parse_score(r) for r in replies) if s is not None]
+        inputs = {"next_state": state.to_json(self.excerpt), "messages": messages, "votes": self.votes}
+        raw = "\n\n---- vote ----\n\n".join(replies)
+        if not scores:
+            return _verdict(state, self.name, "unparseable", None, (), inputs, raw)
+        inputs["scores"] = scores
+        return _verdict(state, self.name, "scored", sum(scores) / len(scores), (), inputs, raw)
+
+    def _ask(self, messages: list[dict[str, str]], vote: int) -> str:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "seed": vote,  # votes differ from each other, a rerun repeats them (where the server honours seeds)
+        }
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            r = self._post(f"{self.url.rstrip('/')}/chat/completions", body, headers)
+        except httpx.HTTPError as exc:
+            raise JudgeError(f"the judge at {self.url} did not answer: {exc}") from exc
+        if r.status_code != 200:
+            raise JudgeError(f"the judge at {self.url} answered {r.status_code}: {r.text[:500]}")
+        try:
+            content = r.json()["choices"][0]["message"].get("content")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise JudgeError(f"the judge at {self.url} answered without a chat completion: {r.text[:500]}") from exc
+        return str(content or "")
+
+    @retry(
+        retry=retry_if_exception_type(httpx.TransportError),
+        stop=stop_after_attempt(3),
+        wait=wait_exponential(multiplier=0.5, max=4),
+        reraise=True,
+    )
+    def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+        return self.client.post(url, json=body, headers=headers, timeout=self.timeout_s)
+
+
+# --------------------------------------------------------------------------------------- the store
+@dataclass
+class JudgeReport:
+    """What :func:`judge_store` did: verdicts written by status, turns left for later or judged before."""
+
+    judge: str
+    scored: int = 0
+    no_signal: int = 0
+    unparseable: int = 0
+    pending: int = 0
+    already: int = 0
+    sessions: int = 0
+
+    @property
+    def written(self) -> int:
+        return self.scored + self.no_signal + self.unparseable
+
+    def line(self) -> str:
+        return (
+            f"judge {self.judge}: {self.written} verdicts on {self.sessions} sessions ({self.scored} scored, "
+            f"{self.no_signal} no signal, {self.unparseable} unparseable); {self.already} judged before, "
+            f"{self.pending} pending (their session is still open)"
+        )
+
+
+def judge_store(
+    store: TurnStore,
+    judge: Judge,
+    *,
+    session_ids: Sequence[str] | None = None,
+    redactor: Redactor | None = None,
+    again: bool = False,
+    on_verdict: Callable[[Verdict], None] | None = None,
+) -> JudgeReport:
+    """Judge every settled turn of the store's recorded sessions (or of ``session_ids``) that
+    ``judge`` has not judged yet (``again``: judge those too, keeping the earlier verdicts), and
+    write each verdict, redacted, as it is made: an interrupted run keeps what it wrote and a rerun
+    continues. Private sessions have no turns to judge."""
+    redactor = redactor or Redactor()
+    report = JudgeReport(judge.name)
+    rows = [r for r in store.sessions() if not r.private and (session_ids is None or r.id in session_ids)]
+    if session_ids is not None:
+        missing = sorted(set(session_ids) - {r.id for r in rows})
+        if missing:
+            raise KeyError(f"no recorded session {', '.join(map(repr, missing))} in the store")
+    for row in rows:
+        turns = list(store.iter_turns(session_id=row.id))
+        if not turns:
+            continue
+        report.sessions += 1
+        by_index = {t.index: t for t in turns}
+        done = {v.turn for v in store.verdicts(session_id=row.id, judge=judge.name)}
+        for state in session_signals(turns, ended=row.ended_at is not None):
+            if not state.known:
+                report.pending += 1
+                continue
+            if state.turn in done and not again:
+                report.already += 1
+                continue
+            verdict = _redacted(judge.judge(by_index[state.turn], state), redactor)
+            store.add_verdict(verdict)
+            setattr(report, verdict.status, getattr(report, verdict.status) + 1)
+            if on_verdict is not None:
+                on_verdict(verdict)
+    return report
+
+
+def _redacted(verdict: Verdict, redactor: Redactor) -> Verdict:
+    inputs, _ = redactor.redact_json(verdict.inputs)
+    raw, _ = redactor.redact(verdict.raw)
+    return Verdict(
+        verdict.session_id,
+        verdict.turn,
+        verdict.judge,
+        verdict.status,
+        verdict.score,
+        verdict.rules,
+        inputs,
+        raw,
+        verdict.created_at,
+    )
