@@ -319,6 +319,8 @@ class ProxyService:
                     finish_reason=finish,
                     policy_version=gen.policy_version,
                     constrained=gen.constrained,
+                    versions=list(gen.versions),
+                    temperature=sampling.temperature,
                 )
                 await self._keep(s, turn)
         total = time.perf_counter() - t0

@@ -12,7 +12,7 @@ sink. Both live here so the proxy need not import what implements them (lego.lea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,6 +43,10 @@ class CompletedTurn:
     policy_version: int
     constrained: bool
     """Decoded under a forced tool call's grammar: not drawn from the policy, never trained on."""
+    versions: list[int] = field(default_factory=list)
+    """The policy version that sampled each output token (steps up where a weight swap took over mid-reply)."""
+    temperature: float | None = None
+    """The temperature the turn was sampled at (its logprobs are the policy's at that temperature)."""
 
 
 class FeedbackBody(BaseModel):

@@ -43,7 +43,12 @@ def redact_turn(turn: CompletedTurn, redactor: Redactor, decode: Callable[[list[
     reasoning, n_reasoning = redactor.redact(turn.reasoning)
     in_ids = redactor.count(decode(turn.prompt_ids)) + redactor.count(decode(turn.output_ids))
     tokens = (
-        TokenRecord(prompt_ids=list(turn.prompt_ids), output_ids=list(turn.output_ids), logprobs=list(turn.logprobs))
+        TokenRecord(
+            prompt_ids=list(turn.prompt_ids),
+            output_ids=list(turn.output_ids),
+            logprobs=list(turn.logprobs),
+            versions=list(turn.versions),
+        )
         if in_ids == 0
         else None
     )
@@ -60,6 +65,7 @@ def redact_turn(turn: CompletedTurn, redactor: Redactor, decode: Callable[[list[
         finish_reason=turn.finish_reason,
         policy_version=turn.policy_version,
         constrained=turn.constrained,
+        temperature=turn.temperature,
         redactions=n_messages + n_tools + n_reply + n_reasoning + in_ids,
     )
 

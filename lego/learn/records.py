@@ -18,6 +18,9 @@ class TokenRecord:
     prompt_ids: list[int]
     output_ids: list[int]
     logprobs: list[float]
+    versions: list[int] = field(default_factory=list)
+    """The policy version that sampled each output token (empty in a record older than that: read as
+    the turn's ``policy_version`` throughout)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class TurnRecord:
     policy_version: int
     constrained: bool
     redactions: int
+    temperature: float | None = None
+    """The temperature the turn was sampled at (None: a record older than that; unknown)."""
     created_at: float = field(default_factory=time.time)
     index: int | None = None
     """The turn's place in its session (0, 1, ...), set by the store."""

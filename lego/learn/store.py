@@ -36,7 +36,8 @@ written already redacted like a turn, deleted with it (purge, retention).
 **Versions.** ``PRAGMA user_version`` says which schema a file holds; opening an older one
 migrates it in place, in one transaction (:data:`_MIGRATIONS`), so a database written by an
 earlier lego stays readable with everything in it. Version 2 added the verdicts table and the
-sessions' ``ended_at``. A newer file than this lego knows is refused, never rewritten.
+sessions' ``ended_at``; version 3 each turn's per-token versions and sampling temperature, and the
+``learned`` table (which turns the learner used, at which step: :mod:`lego.learn.learner`). A newer file than this lego knows is refused, never rewritten.
 
 ``SqliteStore(":memory:")`` is the test double: the same code, no file.
 """
@@ -123,6 +124,8 @@ CREATE TABLE IF NOT EXISTS turns (
     policy_version INTEGER NOT NULL,
     constrained INTEGER NOT NULL,
     redactions INTEGER NOT NULL,
+    versions BLOB,
+    temperature REAL,
     PRIMARY KEY (session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS turns_created ON turns(created_at);
@@ -149,11 +152,22 @@ CREATE TABLE IF NOT EXISTS verdicts (
     FOREIGN KEY (session_id, turn) REFERENCES turns(session_id, idx) ON DELETE CASCADE
 );
 CREATE INDEX IF NOT EXISTS verdicts_turn ON verdicts(session_id, turn);
+CREATE TABLE IF NOT EXISTS learned (
+    session_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    advantage REAL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, turn),
+    FOREIGN KEY (session_id, turn) REFERENCES turns(session_id, idx) ON DELETE CASCADE
+);
 """
-_VERSION = 2
+_VERSION = 3
 
 _MIGRATIONS: dict[int, str] = {
     1: "ALTER TABLE sessions ADD COLUMN ended_at REAL;",
+    2: "ALTER TABLE turns ADD COLUMN versions BLOB; ALTER TABLE turns ADD COLUMN temperature REAL;",
 }
 """From version N to N+1: what :data:`_SCHEMA`'s ``CREATE ... IF NOT EXISTS`` cannot do to an
 existing file (new tables and indexes come from the schema itself)."""
@@ -321,7 +335,7 @@ class SqliteStore:
                     "SELECT COALESCE(MAX(idx), -1) + 1 FROM turns WHERE session_id = ?", (record.session_id,)
                 ).fetchone()[0]
                 db.execute(
-                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.session_id,
                         index,
@@ -340,6 +354,8 @@ class SqliteStore:
                         record.policy_version,
                         int(record.constrained),
                         record.redactions,
+                        _blob("i", tokens.versions) if tokens and tokens.versions else None,
+                        record.temperature,
                     ),
                 )
                 db.execute("COMMIT")
@@ -471,7 +487,12 @@ class SqliteStore:
                 verdicts.setdefault((v[0], v[1]), []).append(_verdict(v))
         for r in rows:
             tokens = (
-                TokenRecord(prompt_ids=_ints(r[10]), output_ids=_ints(r[11]), logprobs=_floats(r[12]))
+                TokenRecord(
+                    prompt_ids=_ints(r[10]),
+                    output_ids=_ints(r[11]),
+                    logprobs=_floats(r[12]),
+                    versions=_ints(r[17]) if r[17] is not None else [],
+                )
                 if r[10] is not None
                 else None
             )
@@ -491,6 +512,7 @@ class SqliteStore:
                 policy_version=r[14],
                 constrained=bool(r[15]),
                 redactions=r[16],
+                temperature=r[18],
                 feedback=tuple(feedback.get((r[0], r[1]), ())),
                 verdicts=tuple(verdicts.get((r[0], r[1]), ())),
             )

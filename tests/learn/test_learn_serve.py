@@ -112,11 +112,15 @@ def test_a_turn_without_secrets_keeps_its_ids_and_they_decode_to_what_was_said(s
     server, engine, client = served
     opened = client.new_session(private=False)
     engine.push("plain answer<|im_end|>")
-    sdk(server, opened.key).chat.completions.create(model="m", messages=[{"role": "user", "content": "plain q"}])
+    sdk(server, opened.key).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "plain q"}], temperature=0.7
+    )
     (turn,) = store_of(server).iter_turns(with_tokens=True)
     assert turn.tokens is not None
     assert "plain q" in chat_format.decode(turn.tokens.prompt_ids)
     assert chat_format.decode(turn.tokens.output_ids).startswith("plain answer")
+    # What a learner needs to train on it exactly: the version of each sampled token and the temperature.
+    assert turn.tokens.versions == [0] * len(turn.tokens.output_ids) and turn.temperature == 0.7
 
 
 def test_a_private_session_is_served_and_absent_from_every_batch(served: Any, store_bytes: Any) -> None:
