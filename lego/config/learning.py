@@ -66,6 +66,21 @@ class ServeConfig(Section):
         description="Let serve.judge_url name another machine: your sessions' (redacted) turns are sent there.",
     )
 
+    learn: bool = Field(
+        False,
+        description="Train while serving: each pass judges what settled (serve.judge), trains one step on "
+        "serve.learn_batch scored turns (the judge's score as each turn's advantage) and swaps the new weights in "
+        "between requests; checkpoints in <serve dir>/learner (lego.conductor.serve_learner).",
+    )
+    learn_batch: int = Field(8, ge=1, description="Scored turns per learner step.")
+    learn_poll_s: float = Field(10.0, gt=0, description="How often the learner looks for newly settled turns.")
+    learn_max_staleness: int = Field(
+        4,
+        ge=0,
+        description="A turn sampled more than this many learner steps before the current weights is not trained "
+        "(the decoupled off-policy correction of [algorithm] covers the lag up to it).",
+    )
+
     @model_validator(mode="after")
     def _judge_stays_here(self) -> ServeConfig:
         if self.judge_votes > 1 and self.judge_temperature == 0:

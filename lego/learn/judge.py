@@ -50,10 +50,11 @@ store's turns already are, but a model's reply is new text.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import httpx
@@ -336,9 +337,10 @@ def judge_store(
     on_verdict: Callable[[Verdict], None] | None = None,
 ) -> JudgeReport:
     """Judge every settled turn of the store's recorded sessions (or of ``session_ids``) that
-    ``judge`` has not judged yet (``again``: judge those too, keeping the earlier verdicts), and
-    write each verdict, redacted, as it is made: an interrupted run keeps what it wrote and a rerun
-    continues. Private sessions have no turns to judge."""
+    ``judge`` has not judged on its present next state (never judged, or judged before feedback
+    came or before its session ended: :func:`state_fingerprint`; ``again``: judge the others too),
+    and write each verdict, redacted, as it is made -- earlier verdicts stay, the newest counts. An
+    interrupted run keeps what it wrote and a rerun continues. Private sessions have no turns to judge."""
     redactor = redactor or Redactor()
     report = JudgeReport(judge.name)
     rows = [r for r in store.sessions() if not r.private and (session_ids is None or r.id in session_ids)]
@@ -352,20 +354,28 @@ def judge_store(
             continue
         report.sessions += 1
         by_index = {t.index: t for t in turns}
-        done = {v.turn for v in store.verdicts(session_id=row.id, judge=judge.name)}
+        seen = {v.turn: v.inputs.get("fingerprint") for v in store.verdicts(session_id=row.id, judge=judge.name)}
         for state in session_signals(turns, ended=row.ended_at is not None):
             if not state.known:
                 report.pending += 1
                 continue
-            if state.turn in done and not again:
+            mark = state_fingerprint(state)
+            if seen.get(state.turn, "") == mark and not again:
                 report.already += 1
                 continue
-            verdict = _redacted(judge.judge(by_index[state.turn], state), redactor)
+            verdict = judge.judge(by_index[state.turn], state)
+            verdict = _redacted(replace(verdict, inputs={**verdict.inputs, "fingerprint": mark}), redactor)
             store.add_verdict(verdict)
             setattr(report, verdict.status, getattr(report, verdict.status) + 1)
             if on_verdict is not None:
                 on_verdict(verdict)
     return report
+
+
+def state_fingerprint(state: NextState) -> str:
+    """What a verdict was made from, as a hash: a turn is judged again when it changes (feedback
+    given after its verdict, a session that ended since)."""
+    return hashlib.sha256(json.dumps(state.to_json(), sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def _redacted(verdict: Verdict, redactor: Redactor) -> Verdict:

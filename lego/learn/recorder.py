@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from lego.learn.records import TokenRecord, TurnRecord
@@ -80,6 +81,10 @@ class LearnRecorder:
         self.store = store
         self.decode = decode
         self.redactor = redactor or Redactor()
+        self.version_base = 0
+        """Added to the engine's policy versions before a turn is written. The engine counts weight
+        loads from 0 in each process; the learner sets this so that the store's versions count its
+        steps across restarts (a turn's version is then the learner step whose weights sampled it)."""
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lego-learn-store")
 
     def keep(self, turn: CompletedTurn, session_key: str) -> int | None:
@@ -90,6 +95,9 @@ class LearnRecorder:
         if row.private:
             self.store.count_private_turn(turn.session_id)
             return None
+        if self.version_base:
+            base = self.version_base
+            turn = replace(turn, policy_version=turn.policy_version + base, versions=[v + base for v in turn.versions])
         return self.store.add_turn(redact_turn(turn, self.redactor.with_literals([session_key]), self.decode))
 
     async def turn_completed(self, turn: CompletedTurn, session_key: str) -> None:

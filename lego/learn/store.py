@@ -86,6 +86,12 @@ class TurnStore(Protocol):
 
     def add_verdict(self, verdict: Verdict) -> None: ...
 
+    def mark_learned(self, rows: list[tuple[str, int, int, str, float | None]]) -> None: ...
+
+    def learned(self) -> dict[tuple[str, int], tuple[int, str]]: ...
+
+    def unlearn_after(self, step: int) -> int: ...
+
     def verdicts(self, *, session_id: str | None = None, judge: str | None = None) -> list[Verdict]: ...
 
     def iter_turns(self, *, session_id: str | None = None, with_tokens: bool = False) -> Iterator[TurnRecord]: ...
@@ -431,6 +437,36 @@ class SqliteStore:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def mark_learned(self, rows: list[tuple[str, int, int, str, float | None]]) -> None:
+        """Record what the learner did with turns, in one transaction: ``(session_id, turn, step,
+        outcome, advantage)``; outcome ``trained`` (in step ``step``) or why it never will be."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "INSERT OR REPLACE INTO learned (session_id, turn, step, outcome, advantage, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [(*r, time.time()) for r in rows],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def learned(self) -> dict[tuple[str, int], tuple[int, str]]:
+        """Every turn the learner has dealt with: ``(session_id, turn) -> (step, outcome)``."""
+        with self._lock:
+            rows = self._db.execute("SELECT session_id, turn, step, outcome FROM learned").fetchall()
+        return {(r[0], r[1]): (r[2], r[3]) for r in rows}
+
+    def unlearn_after(self, step: int) -> int:
+        """Forget the learner's marks of steps after ``step`` (their update was never checkpointed, or was
+        rolled back): those turns can be trained again. Returns how many marks were dropped."""
+        with self._lock:
+            n = self._db.execute("DELETE FROM learned WHERE step > ?", (step,)).rowcount
+        return int(n)
 
     # ------------------------------------------------------------------ reads
     def verdicts(self, *, session_id: str | None = None, judge: str | None = None) -> list[Verdict]:

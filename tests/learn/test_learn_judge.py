@@ -95,16 +95,17 @@ def test_feedback_overrides_the_rules_and_a_rerun_judges_only_what_is_new(served
     store = SqliteStore(server.dir / "learn.db")
     first = judge_store(store, RuleJudge())
     assert (first.scored + first.no_signal, first.pending) == (3, 1)  # the open session's last turn waits
-    client.feedback(sid, -1, turn=1, text="it edited the test, not the code")
+    assert (judge_store(store, RuleJudge()).written, judge_store(store, RuleJudge()).already) == (0, 3)
+    client.feedback(sid, -1, turn=1, text="it edited the test, not the code")  # after its verdict
     again = judge_store(store, RuleJudge())
-    assert (again.written, again.already, again.pending) == (0, 3, 1)
+    assert (again.written, again.already, again.pending) == (1, 2, 1)  # turn 1 again: its next state changed
     assert client.end_session(sid)
     after_end = judge_store(store, RuleJudge())
     assert (after_end.written, after_end.already) == (1, 3)
     rejudged = judge_store(store, RuleJudge(), again=True, session_ids=[sid])
     assert rejudged.written == 4
     turn1 = [v for v in store.verdicts(session_id=sid) if v.turn == 1]
-    assert [(v.score, v.rules) for v in turn1] == [(1.0, ("tests_fixed",)), (-1.0, ("feedback",))]
+    assert [(v.score, v.rules) for v in turn1] == [(1.0, ("tests_fixed",)), *[(-1.0, ("feedback",))] * 2]
     with pytest.raises(KeyError, match="no recorded session 'nope'"):
         judge_store(store, RuleJudge(), session_ids=["nope"])
     store.close()

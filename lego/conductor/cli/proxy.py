@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 import click
@@ -138,8 +139,7 @@ def proxy(
     chat_format = ChatFormat.from_pretrained(resolve_model(ecfg.model), ecfg.chat_template, ecfg.tool_parser)
     server = ProxyServer(engine, chat_format, pcfg, model_uds=model_uds)
     server.start()
-    _print_faces(server, f"{ecfg.model} ({ecfg.kind})", model_port)
-    serve_until_signalled(server)
+    serve_until_signalled(server, lambda: _print_faces(server, f"{ecfg.model} ({ecfg.kind})", model_port))
 
 
 def _print_faces(server: ProxyServer, serving: str, model_port: int | None) -> None:
@@ -166,8 +166,9 @@ class _Stoppable(Protocol):
     def stop(self) -> None: ...
 
 
-def serve_until_signalled(server: _Stoppable) -> None:
-    """Block until SIGINT or SIGTERM, then stop the server (`lego proxy`, `lego serve`)."""
+def serve_until_signalled(server: _Stoppable, ready: Callable[[], None] | None = None) -> None:
+    """Block until SIGINT or SIGTERM, then stop the server (`lego proxy`, `lego serve`). ``ready``
+    runs once the handlers are in place (what says "Ctrl-C to stop": a Ctrl-C after it is honoured)."""
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: object) -> None:
@@ -178,6 +179,8 @@ def serve_until_signalled(server: _Stoppable) -> None:
     # KeyboardInterrupt; SIGTERM is what `kill`, Docker and systemd send.
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if ready is not None:
+            ready()
         while not stop.wait(timeout=1.0):
             pass
         click.echo("stopping")

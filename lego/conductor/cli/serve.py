@@ -50,6 +50,13 @@ _dir_option = click.option(
 @click.option("--host", default=None, help="serve.host: the model face's address (default 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="serve.port (default 8200; 0: a free one).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="engine.device")
+@click.option("--learn", is_flag=True, default=None, help="serve.learn: train on the judged turns while serving.")
+@click.option(
+    "--rollback",
+    type=click.IntRange(0),
+    default=None,
+    help="With --learn: serve learner step N's weights again (0: the starting ones); later steps are set aside.",
+)
 @click.pass_context
 def serve_group(
     ctx: click.Context,
@@ -62,6 +69,8 @@ def serve_group(
     host: str | None,
     port: int | None,
     device: str | None,
+    learn: bool | None,
+    rollback: int | None,
 ) -> None:
     """Serve the policy to your own harnesses and record the sessions you opt in, to learn from use.
 
@@ -80,6 +89,12 @@ def serve_group(
     private keys, secret KEY=value lines, the key itself) and committed to <dir>/learn.db before
     the reply is returned. A turn whose token ids would hold a secret is kept without them.
     Nothing leaves the machine; turns older than serve.retention_days are deleted.
+
+    \b
+    lego serve --model PATH --learn         also train while serving: each pass judges what settled,
+                                            trains a step on serve.learn_batch scored turns, swaps the
+                                            weights in between requests, checkpoints <dir>/learner
+    lego serve --model PATH --learn --rollback 3    serve step 3's weights again and go on from there
     """
     ctx.ensure_object(dict)
     ctx.obj["config"] = (config, overrides, {"serve.dir": directory})
@@ -93,8 +108,11 @@ def serve_group(
         "engine.device": device,
         "serve.host": host,
         "serve.port": port,
+        "serve.learn": learn,
     }
     cfg = _config(config, overrides, flags)
+    if rollback is not None and not cfg.serve.learn:
+        raise click.UsageError("--rollback N rolls the learner back: give --learn (serve.learn=true) with it")
     from lego.engines import build_engine
     from lego.learn.server import LearnServer
     from lego.models.chat import ChatFormat
@@ -104,16 +122,62 @@ def serve_group(
     engine = build_engine(ecfg)
     chat_format = ChatFormat.from_pretrained(resolve_model(ecfg.model), ecfg.chat_template, ecfg.tool_parser)
     server = LearnServer(engine, chat_format, cfg.proxy, cfg.serve)
-    server.start()
+    running: Any = server
+    if cfg.serve.learn:
+        running = _start_learning(cfg, server, engine, chat_format, rollback)
+    else:
+        server.start()
     days = cfg.serve.retention_days
-    click.echo(f"lego serve: {ecfg.model} ({ecfg.kind}); store {server.dir / 'learn.db'}")
-    click.echo(f"  model face:    {server.model_url}/v1  (a session's key as the API key)")
-    click.echo(f"  control face:  {server.control_uds}")
-    click.echo(f"  retention:     {'until purged' if days is None else f'{days:g} days'}")
-    click.echo('open a session: eval "$(lego serve session new)"   Ctrl-C to stop.')
+
+    def ready() -> None:
+        click.echo(f"lego serve: {ecfg.model} ({ecfg.kind}); store {server.dir / 'learn.db'}")
+        click.echo(f"  model face:    {server.model_url}/v1  (a session's key as the API key)")
+        click.echo(f"  control face:  {server.control_uds}")
+        click.echo(f"  retention:     {'until purged' if days is None else f'{days:g} days'}")
+        click.echo('open a session: eval "$(lego serve session new)"   Ctrl-C to stop.')
+
     from lego.conductor.cli.proxy import serve_until_signalled
 
-    serve_until_signalled(server)
+    serve_until_signalled(running, ready)
+
+
+class _LearningServer:
+    """`lego serve --learn` as one thing to stop: the learner (its step in flight saved), then the server."""
+
+    def __init__(self, server: Any, learner: Any) -> None:
+        self.server, self.learner = server, learner
+
+    def stop(self) -> None:
+        self.learner.stop()
+        self.server.stop()
+
+
+def _start_learning(cfg: LegoConfig, server: Any, engine: Any, chat_format: Any, rollback: int | None) -> Any:
+    from lego.conductor.serve_learner import ServeLearner
+    from lego.errors import ConfigError
+
+    def report(line: dict[str, Any]) -> None:
+        if "learner/stopped" in line:
+            click.secho(f"learner stopped: {line['learner/stopped']} (serving goes on)", fg="red", err=True)
+            return
+        click.echo(
+            f"learner step {line['step']} | {line['learner/turns']} turns | advantage "
+            f"{line['learner/advantage_mean']:+.2f} | pearson {line.get('training/rollout_actor_probs_pearson_corr', float('nan')):.5f} | "
+            f"backlog {line['learner/backlog']} | {line['learner/step_s']:.1f}s"
+        )
+
+    try:
+        learner = ServeLearner.build(cfg, server, engine, chat_format, on_step=report)
+        step = learner.resume(rollback)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    server.start()
+    learner.start()
+    where = "the starting weights" if step == 0 else f"learner step {step}"
+    click.echo(
+        f"learning: serving {where}; a step every {cfg.serve.learn_batch} judged turns ({cfg.serve.judge} judge)"
+    )
+    return _LearningServer(server, learner)
 
 
 def _serve_config(ctx: click.Context, more: dict[str, Any] | None = None) -> LegoConfig:

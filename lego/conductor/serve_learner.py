@@ -1,0 +1,269 @@
+"""The learner of `lego serve --learn`: judged turns of people's sessions train the policy while it serves.
+
+    learner = ServeLearner.build(cfg, server, engine)     # before server.start()
+    learner.resume(rollback=None)     # the newest checkpoint's weights served (or step N's: --rollback N)
+    server.start(); learner.start()   # a thread: judge, pick, train, swap, checkpoint -- every serve.learn_poll_s
+    ...
+    learner.stop(); server.stop()
+
+**A pass** (:meth:`ServeLearner.step`): the judge (``serve.judge``) scores every settled turn not
+judged yet (:func:`lego.learn.judge.judge_store`); :func:`lego.learn.batches.pick_turns` lists the
+scored turns not yet used, and marks for good those that can never be trained (no ids, a forced
+call, another temperature, too stale, rolled back); once ``serve.learn_batch`` are ready, the
+oldest of them make one step. Each turn is one segment: the engine prompt as context, its sampled
+ids with their recorded logprobs and per-token policy versions (mask 1 throughout: a served turn
+is all policy), its advantage the judge's score. The trainer is ``lego train``'s: its fidelity
+gate (rollout-train probability correlation) checks the recorded logprobs before any weight moves,
+and the decoupled off-policy objective corrects tokens sampled by older weights, exactly as for
+``training.max_staleness``. The new weights are copied into the engine between two decode steps
+(:class:`~lego.training.weight_sync.InProcessCopy`, or the vLLM weight routes): serving never
+pauses, and a reply in flight carries the version boundary in its per-token versions.
+
+**Versions.** A turn's version in the store is the learner step whose weights sampled it: the
+engine counts its weight loads from 0 in each process, so :meth:`resume` sets the recorder's
+``version_base`` once (each later step is one load and one step, so the base holds).
+
+**Exactness.** The turns of step N are marked ``trained`` at N *before* step N's checkpoint is
+written; :meth:`resume` drops the marks of every step after the checkpoint it restores, so a
+learner killed at any moment neither loses a turn nor trains one twice. ``--rollback N`` restores
+step N (0: the starting weights), moves the later checkpoints aside (``learner/rolled_back/``),
+forgets their marks, and the turns their weights sampled are never trained (``rolled_back``).
+
+**Failure.** A lego error in a pass (the fidelity gate, a judge that does not answer) stops the
+learner and says why (:attr:`ServeLearner.error`); serving goes on with the weights it has.
+Left out: a held-out check that stops the learner when it drops (``lego eval`` on a checkpoint
+does it by hand).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lego.config import LegoConfig, ProxyConfig
+from lego.errors import ConfigError, LegoError
+from lego.io import append_jsonl, atomic_write_text
+from lego.learn.batches import LearnableTurn, pick_turns
+from lego.learn.judge import Judge, ModelJudge, RuleJudge, judge_store
+from lego.learn.redact import Redactor
+from lego.learn.server import LearnServer
+from lego.proxies.server import ProxyServer
+from lego.seams import Engine
+from lego.training.checkpoint import load_latest, restore_checkpoint, save_checkpoint
+from lego.training.items import TrainItem
+from lego.training.trainer import Trainer
+from lego.training.weight_sync import WeightSync, build_weight_sync
+from lego.types import Segment
+
+__all__ = ["ServeLearner", "turn_item"]
+
+
+def turn_item(turn: LearnableTurn) -> TrainItem:
+    """One served turn as the trainer's item: prompt as context, every sampled token trained (mask 1)."""
+    n = len(turn.output_ids)
+    segment = Segment(
+        prompt_ids=turn.prompt_ids,
+        response_ids=turn.output_ids,
+        response_mask=[1] * n,
+        response_logprobs=list(turn.logprobs),
+        response_versions=list(turn.versions),
+    )
+    return TrainItem(
+        segment=segment, advantage=turn.advantage, episode_id=f"{turn.session_id}:{turn.turn}", harness="serve"
+    )
+
+
+class ServeLearner:
+    """The learner thread of `lego serve --learn` (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: LegoConfig,
+        server: LearnServer,
+        engine: Engine,
+        trainer: Trainer,
+        weights: WeightSync,
+        judge: Judge,
+        *,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+        judge_server: ProxyServer | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.server = server
+        self.engine = engine
+        self.trainer = trainer
+        self.weights = weights
+        self.judge = judge
+        self.on_step = on_step
+        self.dir = server.dir / "learner"
+        self.version = 0
+        """The learner step whose weights the engine serves."""
+        self.error: str | None = None
+        """Why the learner stopped, if a pass failed (serving goes on)."""
+        self._judge_server = judge_server
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def build(
+        cls,
+        cfg: LegoConfig,
+        server: LearnServer,
+        engine: Engine,
+        chat_format: Any,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+    ) -> ServeLearner:
+        """The trainer for ``engine.model``, the weight delivery for ``engine``, the judge ``serve.judge``
+        (the model judge without ``serve.judge_url`` is the served policy itself, on a loopback port)."""
+        sc = cfg.serve
+        weights = build_weight_sync(cfg.engine, engine)
+        judge: Judge = RuleJudge()
+        judge_server = None
+        if sc.judge == "model":
+            url = sc.judge_url
+            if url is None:
+                judge_server = ProxyServer(engine, chat_format, ProxyConfig(host="127.0.0.1", port=0))
+                judge_server.start()
+                url = judge_server.base_url
+            judge = ModelJudge(
+                url,
+                sc.judge_model,
+                votes=sc.judge_votes,
+                temperature=sc.judge_temperature,
+                max_tokens=sc.judge_max_tokens,
+            )
+        trainer = Trainer.from_config(cfg)
+        return cls(cfg, server, engine, trainer, weights, judge, on_step=on_step, judge_server=judge_server)
+
+    # ---- start, resume, rollback ----------------------------------------------------------------
+
+    def resume(self, rollback: int | None = None) -> int:
+        """Serve the newest checkpoint's weights (``rollback``: step ``rollback``'s, 0 the starting
+        ones), forget the marks of later steps, set the recorder's version base; returns the step."""
+        ckpts = self.dir / "checkpoints"
+        if rollback is None:
+            path = load_latest(self.dir)
+        else:
+            path = ckpts / f"step_{rollback:06d}" if rollback else None
+            if path is not None and not path.is_dir():
+                have = sorted(int(p.name[5:]) for p in ckpts.glob("step_*") if p.name[5:].isdigit())
+                raise ConfigError(
+                    f"--rollback {rollback}: no learner checkpoint of step {rollback} in {ckpts}; "
+                    f"there are steps {have or 'none'} (0: the starting weights)"
+                )
+            self._set_aside_after(rollback)
+            self._mark_rolled_back(rollback)
+        if path is not None:
+            restore_checkpoint(self.trainer, path)
+        step = self.trainer.step_count
+        self.server.store.unlearn_after(step)
+        # A rollback to the starting weights pushes them too: the engine may serve a later step's.
+        pushed = path is not None or rollback is not None
+        local = self.weights.push(self.trainer) if pushed else int(self.engine.policy_version)
+        self.server.recorder.version_base = step - local
+        self.version = step
+        return step
+
+    def _mark_rolled_back(self, step: int) -> None:
+        """Every turn sampled by weights after ``step`` is marked never to train: the new steps reuse
+        those version numbers, so the mark must come before any of them is served."""
+        store = self.server.store
+        store.unlearn_after(step)
+        rows: list[tuple[str, int, int, str, float | None]] = []
+        for t in store.iter_turns():
+            versions = (t.tokens.versions if t.tokens else []) or [t.policy_version]
+            if max(versions) > step and t.index is not None:
+                rows.append((t.session_id, t.index, step, "rolled_back", None))
+        if rows:
+            store.mark_learned(rows)
+
+    def _set_aside_after(self, step: int) -> None:
+        ckpts = self.dir / "checkpoints"
+        later = [p for p in ckpts.glob("step_*") if p.name[5:].isdigit() and int(p.name[5:]) > step]
+        if not later:
+            return
+        aside = self.dir / "rolled_back" / time.strftime("%Y%m%d-%H%M%S")
+        aside.mkdir(parents=True, exist_ok=True)
+        for p in sorted(later):
+            shutil.move(str(p), aside / p.name)
+        kept = sorted(p for p in ckpts.glob("step_*") if p.name[5:].isdigit())
+        if kept:
+            atomic_write_text(ckpts / "latest", kept[-1].name + "\n")
+        else:
+            (ckpts / "latest").unlink(missing_ok=True)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="lego-serve-learner", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """Stop after the pass in progress (a step in flight finishes and is saved), then release the judge."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._judge_server is not None:
+            self._judge_server.stop()
+            self._judge_server = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                while not self._stop.is_set() and self.step() is not None:
+                    pass  # a backlog trains step after step
+            except LegoError as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+                append_jsonl(self.dir / "metrics.jsonl", {"learner/stopped": self.error, "time": time.time()})
+                if self.on_step is not None:
+                    self.on_step({"learner/stopped": self.error})
+                return
+            self._stop.wait(self.cfg.serve.learn_poll_s)
+
+    # ---- one pass ------------------------------------------------------------------------------
+
+    def step(self) -> dict[str, Any] | None:
+        """Judge, pick, and train one step if a batch is ready; its metrics, or None (nothing to train yet)."""
+        store = self.server.store
+        judge_store(store, self.judge, redactor=Redactor(self.cfg.serve.redact_literals))
+        picked = pick_turns(
+            store,
+            judge=self.judge.name,
+            temperature=self.cfg.algorithm.temperature,
+            version=self.version,
+            max_staleness=self.cfg.serve.learn_max_staleness,
+        )
+        if picked.skipped:
+            store.mark_learned([(sid, turn, self.version, why, None) for sid, turn, why in picked.skipped])
+        size = self.cfg.serve.learn_batch
+        if len(picked.ready) < size:
+            return None
+        batch = picked.ready[:size]
+        t0 = time.monotonic()
+        metrics = self.trainer.train_step([turn_item(t) for t in batch], policy_version=self.version)
+        step = self.trainer.step_count
+        store.mark_learned([(t.session_id, t.turn, step, "trained", t.advantage) for t in batch])
+        local = self.weights.push(self.trainer)
+        if step - local != self.server.recorder.version_base:
+            raise LegoError(
+                f"the engine serves weight version {local} after learner step {step}, but the store counts "
+                f"version {self.server.recorder.version_base} + engine version: something else loaded weights "
+                "into the engine; restart `lego serve --learn` (it resumes from the checkpoint)"
+            )
+        self.version = step
+        save_checkpoint(self.trainer, self.dir, extra={"serve_version": step})
+        line = {
+            "step": step,
+            "time": time.time(),
+            "learner/turns": len(batch),
+            "learner/advantage_mean": sum(t.advantage for t in batch) / len(batch),
+            "learner/backlog": len(picked.ready) - len(batch),
+            "learner/skipped": len(picked.skipped),
+            "learner/step_s": time.monotonic() - t0,
+            **{k: v for k, v in metrics.items() if isinstance(v, int | float)},
+        }
+        append_jsonl(self.dir / "metrics.jsonl", line)
+        if self.on_step is not None:
+            self.on_step(line)
+        return line

@@ -1,0 +1,111 @@
+"""Which recorded turns a learner may train on, and with what advantage (the learn room's half of the learner).
+
+    picked = pick_turns(store, judge="rules", temperature=1.0, version=3, max_staleness=4)
+    picked.ready          # LearnableTurn: the tokens exactly as sampled, the version of each, the advantage
+    picked.skipped        # (session_id, turn, outcome): turns that can never be trained, and why
+
+A turn is **learnable** when the judge ``judge`` scored it (its newest verdict of that judge has a
+score) and the learner has not dealt with it yet (the store's ``learned`` marks). Its advantage
+is that score, in [-1, 1] (the scalar signal: a turn the next state calls good is reinforced, a
+bad one pushed down; OpenClaw-RL's binary reward is the ±1 case).
+
+A learnable turn is **skipped for good**, with the reason kept in the store, when training on it
+would not be what it claims:
+
+- ``no_tokens``: its text held a secret, so its ids were never written;
+- ``constrained``: decoded under a forced tool call's grammar, not drawn from the policy;
+- ``temperature``: sampled at another temperature than the trainer computes logprobs at, or at one
+  not recorded (an older record): its logprobs are another distribution's, and the fidelity gate
+  and the importance ratios would compare unlike with unlike;
+- ``stale``: sampled more than ``max_staleness`` learner steps before the current weights;
+- ``rolled_back``: sampled by weights that were rolled back (a version above the current one).
+
+Turns are taken oldest first, so a backlog drains in the order it was served.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from lego.learn.store import TurnStore
+
+__all__ = ["LearnableTurn", "Picked", "pick_turns"]
+
+
+@dataclass(frozen=True)
+class LearnableTurn:
+    """One recorded turn as a learner trains on it: the engine prompt, the sampled ids with their
+    logprobs and the policy version of each, and its advantage (the judge's score)."""
+
+    session_id: str
+    turn: int
+    thread: str
+    main: bool
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    advantage: float
+    judge: str
+
+
+@dataclass
+class Picked:
+    ready: list[LearnableTurn] = field(default_factory=list)
+    skipped: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+def pick_turns(
+    store: TurnStore,
+    *,
+    judge: str,
+    temperature: float,
+    version: int,
+    max_staleness: int,
+) -> Picked:
+    """Every learnable turn of the store (see the module docstring), and the ones to skip for good."""
+    done = store.learned()
+    newest: dict[tuple[str, int], float | None] = {}
+    for v in store.verdicts(judge=judge):
+        newest[(v.session_id, v.turn)] = v.score  # written oldest first: the last one wins
+    out = Picked()
+    for t in store.iter_turns():
+        assert t.index is not None
+        key = (t.session_id, t.index)
+        if key in done or newest.get(key) is None:
+            continue
+        tokens = t.tokens
+        if tokens is None or not tokens.output_ids:
+            out.skipped.append((*key, "no_tokens"))
+            continue
+        if t.constrained:
+            out.skipped.append((*key, "constrained"))
+            continue
+        if t.temperature is None or not math.isclose(t.temperature, temperature, rel_tol=0, abs_tol=1e-6):
+            out.skipped.append((*key, "temperature"))
+            continue
+        versions = list(tokens.versions) or [t.policy_version] * len(tokens.output_ids)
+        if max(versions) > version:
+            out.skipped.append((*key, "rolled_back"))
+            continue
+        if version - min(versions) > max_staleness:
+            out.skipped.append((*key, "stale"))
+            continue
+        score = newest[key]
+        assert score is not None
+        out.ready.append(
+            LearnableTurn(
+                session_id=t.session_id,
+                turn=t.index,
+                thread=t.thread,
+                main=t.main,
+                prompt_ids=list(tokens.prompt_ids),
+                output_ids=list(tokens.output_ids),
+                logprobs=list(tokens.logprobs),
+                versions=versions,
+                advantage=float(score),
+                judge=judge,
+            )
+        )
+    return out

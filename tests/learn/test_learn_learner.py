@@ -1,0 +1,213 @@
+"""The learner of `lego serve --learn` through the real path: sessions over the official SDK into a
+real server, the rules judge, lego's trainer on the tiny model, the weights copied into the serving
+engine between requests, checkpoints, resume and rollback; then the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from lego.conductor.serve_learner import ServeLearner
+from lego.config import load_config
+from lego.engines.scripted import ScriptedEngine
+from lego.learn.judge import RuleJudge
+from lego.learn.server import ControlClient, LearnServer
+from lego.training.trainer import Trainer
+from lego.training.weight_sync import InProcessCopy
+
+
+class IntoScripted:
+    """The in-process weight copy into the real engine behind a ScriptedEngine, whose replies then carry
+    the version the real engine serves (the scripted double has no weights of its own)."""
+
+    def __init__(self, real: Any, scripted: ScriptedEngine) -> None:
+        self.copy, self.scripted = InProcessCopy(real), scripted
+
+    def push(self, trainer: Trainer) -> int:
+        self.scripted.policy_version = self.copy.push(trainer)
+        return self.scripted.policy_version
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture()
+def setup(tiny_model_dir: Path, chat_format: Any, tmp_path: Path) -> Any:
+    from lego.engines.transformers_engine import TransformersEngine
+
+    real = TransformersEngine(tiny_model_dir, device="cpu", max_batch_size=4, seed=0)  # its own: weights change
+    scripted = ScriptedEngine(real, chat_format)
+    cfg = load_config(
+        None,
+        [
+            f"engine.model={tiny_model_dir}",
+            "engine.device=cpu",
+            f"serve.dir={tmp_path / 'serve'}",
+            "serve.port=0",
+            "serve.learn=true",
+            "serve.learn_batch=2",
+            "training.lr=1e-3",
+        ],
+    )
+
+    def make() -> tuple[LearnServer, ServeLearner]:
+        server = LearnServer(scripted, chat_format, cfg.proxy, cfg.serve)
+        trainer = Trainer.from_config(cfg)
+        return server, ServeLearner(cfg, server, scripted, trainer, IntoScripted(real, scripted), RuleJudge())
+
+    return cfg, scripted, make
+
+
+def ask(server: LearnServer, key: str, text: str, temperature: float | None = None) -> None:
+    client = openai.OpenAI(base_url=f"{server.model_url}/v1", api_key=key, max_retries=0)
+    extra = {} if temperature is None else {"temperature": temperature}
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}], **extra)  # type: ignore[call-overload]
+
+
+def test_judged_turns_train_a_step_the_engine_serves_it_and_a_resume_or_rollback_is_exact(setup: Any) -> None:
+    _, scripted, make = setup
+    server, learner = make()
+    assert learner.resume() == 0
+    server.start()
+    control = ControlClient.connect(server.dir)
+    try:
+        opened = control.new_session(private=False)
+        hidden = control.new_session(private=True)
+        scripted.push("Use >= there.<|im_end|>", "Use < there.<|im_end|>", "Try again.<|im_end|>", "Mine.<|im_end|>")
+        ask(server, opened.key, "which comparison?")  # turn 0, temperature 1.0 (the trainer's)
+        ask(server, opened.key, "and in the loop?")  # turn 1: the first one's thread is over, a new one
+        ask(server, opened.key, "once more, colder", temperature=0.3)  # turn 2: another distribution
+        ask(server, hidden.key, "private question")
+        for turn, score in ((0, 1), (1, -1), (2, 1)):
+            control.feedback(opened.row.id, score, turn=turn)
+        # Turns 0 and 1 are followed by later requests (which do not hold them: their state is
+        # "unmatched", settled), so their feedback judges them; turn 2 is the session's last and waits.
+        line = learner.step()
+        assert line is not None and line["step"] == 1 and line["learner/turns"] == 2
+        assert line["training/rollout_actor_probs_pearson_corr"] > 0.999  # the recorded logprobs are the trainer's
+        assert line["learner/advantage_mean"] == 0.0  # +1 and -1
+        assert control.end_session(opened.row.id)
+        assert learner.step() is None  # turn 2 is judged now, and skipped for good: another temperature
+        marks = server.store.learned()
+        assert marks == {(opened.row.id, 0): (1, "trained"), (opened.row.id, 1): (1, "trained"),
+                         (opened.row.id, 2): (1, "temperature")}  # fmt: skip
+        assert all(sid != hidden.row.id for sid, _ in marks)
+        assert (learner.dir / "checkpoints" / "step_000001").is_dir()
+
+        later = control.new_session(private=False)
+        ask(server, later.key, "after the step")  # served by the new weights, between requests
+        (after,) = server.store.iter_turns(session_id=later.row.id)
+        assert after.policy_version == 1 and after.tokens is not None and set(after.tokens.versions) == {1}
+        assert learner.step() is None  # nothing new is scored
+        assert [v.turn for v in server.store.verdicts(session_id=opened.row.id)] == [0, 1, 2]
+    finally:
+        control.close()
+        learner.stop()
+        server.stop()
+
+    # A learner killed after marking step 2's turns, before its checkpoint: the marks go, the turns train again.
+    server, learner = make()
+    server.store.mark_learned([(later.row.id, 0, 2, "trained", 1.0)])
+    assert learner.resume() == 1 and (later.row.id, 0) not in server.store.learned()
+    # The store's versions count learner steps whatever the engine counts (here it kept counting: one engine).
+    assert server.recorder.version_base + scripted.policy_version == 1
+    server.store.close()
+
+    # Rolling back to the starting weights: step 1 set aside, what its weights sampled never trains.
+    server, learner = make()
+    assert learner.resume(rollback=0) == 0
+    assert not (learner.dir / "checkpoints" / "step_000001").exists()
+    assert list((learner.dir / "rolled_back").glob("*/step_000001"))
+    marks = server.store.learned()
+    assert marks[(later.row.id, 0)] == (0, "rolled_back")
+    assert (opened.row.id, 0) not in marks  # step 1's marks are forgotten: its turns can train again
+    with pytest.raises(Exception, match="no learner checkpoint of step 5"):
+        learner.resume(rollback=5)
+    server.store.close()
+
+
+@pytest.mark.slow  # ~60-90 s: three `lego serve` processes on the tiny model
+def test_lego_serve_learn_from_the_cli_trains_survives_sigkill_and_rolls_back(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    directory = tmp_path / "serve"
+    base = [sys.executable, "-m", "lego", "serve", "--dir", str(directory)]
+    opts = ["-o", f"engine.model={tiny_model_dir}", "--device", "cpu", "--port", "0"]
+    learn = ["--learn", "-o", "serve.learn_batch=2", "-o", "serve.learn_poll_s=0.3", "-o", "proxy.default_max_tokens=8"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def start(*more: str) -> tuple[subprocess.Popen[str], list[str]]:
+        proc = subprocess.Popen([*base, *opts, *learn, *more], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env)  # fmt: skip
+        lines: list[str] = []
+        wait_for(proc, lines, "open a session")
+        return proc, lines
+
+    def cli(*args: str) -> str:
+        argv = [*base, *args] if args[0] != "feedback" else [*base[:3], *args, "--dir", str(directory)]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    proc, lines = start()
+    try:
+        assert any("learning: serving the starting weights" in line for line in lines)
+        exports = dict(
+            line.removeprefix("export ").split("=", 1) for line in cli("session", "new", "--id", "me").splitlines()
+        )
+        url = json.loads((directory / "serve.json").read_text())["model_url"]
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=exports["OPENAI_API_KEY"], max_retries=0)
+        for q in ("first question", "second question"):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": q}])
+        cli("feedback", "me", "0", "+1")
+        cli("feedback", "me", "1", "-1", "wrong")
+        cli("session", "end", "me")
+        wait_for(proc, lines, "learner step 1 | 2 turns")
+        assert (directory / "learner" / "checkpoints" / "step_000001").is_dir()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+    proc, lines = start()  # after a SIGKILL: the newest checkpoint's weights, the step count kept
+    try:
+        assert any("learning: serving learner step 1" in line for line in lines)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    proc, lines = start("--rollback", "0")
+    try:
+        assert any("learning: serving the starting weights" in line for line in lines)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    bad = subprocess.run([*base, *opts, "--rollback", "1"], capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "give --learn" in bad.stderr
+
+
+def wait_for(proc: subprocess.Popen[str], lines: list[str], text: str, timeout: float = 240.0) -> None:
+    """Read the server's output until a line holds ``text`` (the process ending first fails the test)."""
+    out = proc.stdout
+    assert out is not None
+    found = threading.Event()
+
+    def read() -> None:
+        for line in out:
+            lines.append(line)
+            if text in line:
+                found.set()
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not found.is_set():
+        raise AssertionError(f"no {text!r} within {timeout:.0f} s (rc {proc.poll()}):\n{''.join(lines)}")
