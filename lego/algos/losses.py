@@ -17,6 +17,10 @@ call, not a silently ignored keyword:
                            sampled (0: by π_old's own weights)
     seq_behaviour_log_weight (B,)  optional: GSPO's behaviour log-weight for each row's episode
                            (:func:`behaviour_log_weight`), when the rows of an episode span calls
+    token_advantages (B, T)  optional: one advantage per token, in place of ``advantages``
+                           broadcast along the row (hindsight on-policy distillation: log π_teacher −
+                           log π_student at each token; with GSPO's sequence ratio this is the
+                           GSPO-token objective, the ratio's value per sequence, its gradient per token)
 
 "No logprob" is ``None`` for the whole tensor; inside a tensor, only positions with ``mask == 1``
 are read (a recorded segment always has a logprob at a sampled token). Elsewhere the trainer's
@@ -111,12 +115,13 @@ class LossInputs:
     ref_logp: torch.Tensor | None = None
     version_lag: torch.Tensor | None = None
     seq_behaviour_log_weight: torch.Tensor | None = None
+    token_advantages: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         bt = tuple(self.logp.shape)
         if len(bt) != 2:
             raise ValueError(f"LossInputs.logp has shape {bt}; pass one row per segment: (B, T)")
-        for name in ("old_logp", "mask", "token_weight", "rollout_logp", "ref_logp", "version_lag"):
+        for name in ("old_logp", "mask", "token_weight", "rollout_logp", "ref_logp", "version_lag", "token_advantages"):
             t = getattr(self, name)
             if t is not None and tuple(t.shape) != bt:
                 raise ValueError(f"LossInputs.{name} has shape {tuple(t.shape)}; it must match logp's {bt}")
@@ -301,7 +306,7 @@ def _clipped_objective(
     """max(−A·s, −A·clip(s, 1−ε_low, 1+ε_high)) per token, then the off-policy weight, TIS,
     aggregation and KL. ``behaviour_log_w``: log w, (B, T) or (B, 1), when some weight is not 1."""
     logp, old_logp, mask = inputs.logp, inputs.old_logp, inputs.mask
-    a = inputs.advantages[:, None]
+    a = inputs.advantages[:, None] if inputs.token_advantages is None else inputs.token_advantages
     ratio = torch.exp(log_ratio.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))  # (B, T)
     loss1 = -a * ratio
     loss2 = -a * ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)

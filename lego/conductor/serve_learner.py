@@ -12,7 +12,16 @@ scored turns not yet used, and marks for good those that can never be trained (n
 call, another temperature, too stale, rolled back); once ``serve.learn_batch`` are ready, the
 oldest of them make one step. Each turn is one segment: the engine prompt as context, its sampled
 ids with their recorded logprobs and per-token policy versions (mask 1 throughout: a served turn
-is all policy), its advantage the judge's score. The trainer is ``lego train``'s: its fidelity
+is all policy), its advantage the judge's score (``serve.learn_signal = "reward"``).
+
+**Hindsight on-policy distillation** (``"opd"``, ``"both"``): the next state's directive part
+(:func:`lego.learn.judge.hindsight_hint`: the person's correction, the failing tests, the raised
+exception) is appended to the turn's conversation as a note (:data:`HINT_TEMPLATE`), rendered with
+the chat template: the teacher's context, the same policy. The *recorded* ids are scored under
+it and under their own prompt, by the trainer's current weights (no re-tokenisation: the same ids
+in both), and each token's advantage is log π_teacher − log π_student (times
+``serve.learn_opd_weight``; ``both`` adds the judge's score). The loss takes per-token advantages
+(:class:`~lego.algos.losses.LossInputs` ``token_advantages``). The trainer is ``lego train``'s: its fidelity
 gate (rollout-train probability correlation) checks the recorded logprobs before any weight moves,
 and the decoupled off-policy objective corrects tokens sampled by older weights, exactly as for
 ``training.max_staleness``. The new weights are copied into the engine between two decode steps
@@ -44,12 +53,13 @@ from collections.abc import Callable
 from typing import Any
 
 from lego.config import LegoConfig, ProxyConfig
-from lego.errors import ConfigError, LegoError
+from lego.errors import ChatFormatError, ConfigError, LegoError
 from lego.io import append_jsonl, atomic_write_text
 from lego.learn.batches import LearnableTurn, pick_turns
 from lego.learn.judge import Judge, ModelJudge, RuleJudge, judge_store
 from lego.learn.redact import Redactor
 from lego.learn.server import LearnServer
+from lego.models.chat import ChatFormat
 from lego.proxies.server import ProxyServer
 from lego.seams import Engine
 from lego.training.checkpoint import load_latest, restore_checkpoint, save_checkpoint
@@ -58,7 +68,10 @@ from lego.training.trainer import Trainer
 from lego.training.weight_sync import WeightSync, build_weight_sync
 from lego.types import Segment
 
-__all__ = ["ServeLearner", "turn_item"]
+__all__ = ["HINT_TEMPLATE", "ServeLearner", "turn_item"]
+
+HINT_TEMPLATE = "[Hindsight: what happened after your reply]\n{hint}\nReply again, taking this into account."
+"""The note that turns a turn's context into the teacher's (hindsight on-policy distillation)."""
 
 
 def turn_item(turn: LearnableTurn) -> TrainItem:
@@ -90,7 +103,13 @@ class ServeLearner:
         *,
         on_step: Callable[[dict[str, Any]], None] | None = None,
         judge_server: ProxyServer | None = None,
+        chat_format: ChatFormat | None = None,
     ) -> None:
+        if cfg.serve.learn_signal != "reward" and chat_format is None:
+            raise ConfigError(
+                f"serve.learn_signal={cfg.serve.learn_signal!r} renders teacher contexts: pass the chat format"
+            )
+        self.chat = chat_format
         self.cfg = cfg
         self.server = server
         self.engine = engine
@@ -136,7 +155,17 @@ class ServeLearner:
                 max_tokens=sc.judge_max_tokens,
             )
         trainer = Trainer.from_config(cfg)
-        return cls(cfg, server, engine, trainer, weights, judge, on_step=on_step, judge_server=judge_server)
+        return cls(
+            cfg,
+            server,
+            engine,
+            trainer,
+            weights,
+            judge,
+            on_step=on_step,
+            judge_server=judge_server,
+            chat_format=chat_format,
+        )
 
     # ---- start, resume, rollback ----------------------------------------------------------------
 
@@ -221,18 +250,68 @@ class ServeLearner:
                 return
             self._stop.wait(self.cfg.serve.learn_poll_s)
 
+    # ---- hindsight on-policy distillation -------------------------------------------------------
+
+    def teacher_prompt(self, turn: LearnableTurn) -> list[int]:
+        """The turn's conversation with its hint after it, rendered for a reply: the teacher's context."""
+        assert self.chat is not None and turn.hint is not None
+        note = {"role": "user", "content": HINT_TEMPLATE.format(hint=turn.hint)}
+        return list(self.chat.render([*turn.messages, note], turn.tools or None, add_generation_prompt=True))
+
+    def _distil(self, batch: list[LearnableTurn], items: list[TrainItem]) -> tuple[list[TrainItem], dict[str, float]]:
+        """Each hinted turn's tokens scored under the teacher context and under their own (the same
+        weights, the recorded ids): the difference, per token, is its advantage (plus the judge's
+        score with ``both``)."""
+        signal, weight = self.cfg.serve.learn_signal, self.cfg.serve.learn_opd_weight
+        hinted: list[int] = []
+        teachers: list[TrainItem] = []
+        unrendered = 0
+        for i, turn in enumerate(batch):
+            if turn.hint is None:
+                continue
+            try:
+                prompt = self.teacher_prompt(turn)
+            except ChatFormatError:
+                unrendered += 1
+                continue
+            hinted.append(i)
+            teachers.append(
+                items[i].model_copy(update={"segment": items[i].segment.model_copy(update={"prompt_ids": prompt})})
+            )
+        if signal == "opd":  # distillation alone: a turn it cannot teach from carries no advantage at all
+            for i in set(range(len(batch))) - set(hinted):
+                items[i] = items[i].model_copy(update={"advantage": 0.0})
+        gaps: list[float] = []
+        if hinted:
+            teacher_lp = self.trainer.recompute(teachers)
+            student_lp = self.trainer.recompute([items[i] for i in hinted])
+            for k, i in enumerate(hinted):
+                gap = [t - s for t, s in zip(teacher_lp[k], student_lp[k], strict=True)]
+                gaps += gap
+                base = batch[i].advantage if signal == "both" else 0.0
+                items[i] = items[i].model_copy(update={"token_advantages": [base + weight * g for g in gap]})
+        return items, {
+            "learner/opd_turns": float(len(hinted)),
+            "learner/opd_unrendered": float(unrendered),
+            "learner/opd_gap_mean": sum(gaps) / len(gaps) if gaps else 0.0,
+            "learner/opd_gap_abs_max": max((abs(g) for g in gaps), default=0.0),
+        }
+
     # ---- one pass ------------------------------------------------------------------------------
 
     def step(self) -> dict[str, Any] | None:
         """Judge, pick, and train one step if a batch is ready; its metrics, or None (nothing to train yet)."""
         store = self.server.store
         judge_store(store, self.judge, redactor=Redactor(self.cfg.serve.redact_literals))
+        signal = self.cfg.serve.learn_signal
         picked = pick_turns(
             store,
             judge=self.judge.name,
             temperature=self.cfg.algorithm.temperature,
             version=self.version,
             max_staleness=self.cfg.serve.learn_max_staleness,
+            hints=signal != "reward",
+            need_hint=signal == "opd",
         )
         if picked.skipped:
             store.mark_learned([(sid, turn, self.version, why, None) for sid, turn, why in picked.skipped])
@@ -241,7 +320,11 @@ class ServeLearner:
             return None
         batch = picked.ready[:size]
         t0 = time.monotonic()
-        metrics = self.trainer.train_step([turn_item(t) for t in batch], policy_version=self.version)
+        items = [turn_item(t) for t in batch]
+        distilled: dict[str, float] = {}
+        if signal != "reward":
+            items, distilled = self._distil(batch, items)
+        metrics = self.trainer.train_step(items, policy_version=self.version)
         step = self.trainer.step_count
         store.mark_learned([(t.session_id, t.turn, step, "trained", t.advantage) for t in batch])
         local = self.weights.push(self.trainer)
@@ -261,6 +344,7 @@ class ServeLearner:
             "learner/backlog": len(picked.ready) - len(batch),
             "learner/skipped": len(picked.skipped),
             "learner/step_s": time.monotonic() - t0,
+            **distilled,
             **{k: v for k, v in metrics.items() if isinstance(v, int | float)},
         }
         append_jsonl(self.dir / "metrics.jsonl", line)

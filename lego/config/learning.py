@@ -73,6 +73,14 @@ class ServeConfig(Section):
         "between requests; checkpoints in <serve dir>/learner (lego.conductor.serve_learner).",
     )
     learn_batch: int = Field(8, ge=1, description="Scored turns per learner step.")
+    learn_signal: Literal["reward", "opd", "both"] = Field(
+        "reward",
+        description="What a turn trains with: `reward`, the judge's score as the advantage of every token; `opd`, "
+        "hindsight on-policy distillation: a hint from the next state joins the context (the teacher), and each "
+        "recorded token's advantage is log pi_teacher - log pi_student (turns without a hint are skipped); `both`, "
+        "the score plus serve.learn_opd_weight x that difference.",
+    )
+    learn_opd_weight: float = Field(1.0, gt=0, description="The distillation term's weight (serve.learn_signal).")
     learn_poll_s: float = Field(10.0, gt=0, description="How often the learner looks for newly settled turns.")
     learn_max_staleness: int = Field(
         4,

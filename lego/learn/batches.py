@@ -18,7 +18,9 @@ would not be what it claims:
   not recorded (an older record): its logprobs are another distribution's, and the fidelity gate
   and the importance ratios would compare unlike with unlike;
 - ``stale``: sampled more than ``max_staleness`` learner steps before the current weights;
-- ``rolled_back``: sampled by weights that were rolled back (a version above the current one).
+- ``rolled_back``: sampled by weights that were rolled back (a version above the current one);
+- ``no_hint``: with distillation alone (``serve.learn_signal = "opd"``), a turn whose next state
+  holds nothing directive (:func:`lego.learn.judge.hindsight_hint`).
 
 Turns are taken oldest first, so a backlog drains in the order it was served.
 """
@@ -27,7 +29,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
+from lego.learn.judge import hindsight_hint
+from lego.learn.signals import NextState, session_signals
 from lego.learn.store import TurnStore
 
 __all__ = ["LearnableTurn", "Picked", "pick_turns"]
@@ -48,6 +53,10 @@ class LearnableTurn:
     versions: list[int]
     advantage: float
     judge: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    hint: str | None = None
+    """What the next state says should have differed (:func:`lego.learn.judge.hindsight_hint`), with ``hints``."""
 
 
 @dataclass
@@ -63,9 +72,22 @@ def pick_turns(
     temperature: float,
     version: int,
     max_staleness: int,
+    hints: bool = False,
+    need_hint: bool = False,
 ) -> Picked:
-    """Every learnable turn of the store (see the module docstring), and the ones to skip for good."""
+    """Every learnable turn of the store (see the module docstring), and the ones to skip for good.
+    ``hints``: each ready turn carries its conversation and its hindsight hint (for distillation);
+    ``need_hint``: a turn without one is skipped for good too (``no_hint``: distillation alone has
+    nothing to teach from it)."""
     done = store.learned()
+    states: dict[tuple[str, int], NextState] = {}
+    if hints:
+        ended = {r.id: r.ended_at is not None for r in store.sessions()}
+        by_session: dict[str, list[Any]] = {}
+        for turn in store.iter_turns():
+            by_session.setdefault(turn.session_id, []).append(turn)
+        for sid, turns in by_session.items():
+            states.update({(sid, st.turn): st for st in session_signals(turns, ended=ended.get(sid, False))})
     newest: dict[tuple[str, int], float | None] = {}
     for v in store.verdicts(judge=judge):
         newest[(v.session_id, v.turn)] = v.score  # written oldest first: the last one wins
@@ -94,6 +116,10 @@ def pick_turns(
             continue
         score = newest[key]
         assert score is not None
+        hint = hindsight_hint(states[key]) if key in states else None
+        if need_hint and hint is None:
+            out.skipped.append((*key, "no_hint"))
+            continue
         out.ready.append(
             LearnableTurn(
                 session_id=t.session_id,
@@ -106,6 +132,9 @@ def pick_turns(
                 versions=versions,
                 advantage=float(score),
                 judge=judge,
+                messages=t.messages if hints else [],
+                tools=t.tools if hints else [],
+                hint=hint,
             )
         )
     return out

@@ -74,6 +74,7 @@ __all__ = [
     "JudgeReport",
     "ModelJudge",
     "RuleJudge",
+    "hindsight_hint",
     "judge_store",
     "parse_score",
 ]
@@ -153,6 +154,31 @@ def rule_terms(state: NextState) -> list[str]:
     if state.session_tests is not None:
         terms.append("session_tests_green" if state.session_tests.green else "session_tests_red")
     return terms
+
+
+def hindsight_hint(state: NextState, limit: int = 600) -> str | None:
+    """What the next state says the turn should have done differently, as text for a teacher
+    context (hindsight on-policy distillation), or None when it says nothing directive: the
+    person's correction or re-query, their negative feedback's words, the tests that failed after
+    the turn (summary and ids), the exception a command raised, a command's non-zero exit."""
+    parts: list[str] = []
+    if state.user_message and _REQUERY.search(state.user_message):
+        parts.append(f"The user replied: {state.user_message.strip()[:limit]}")
+    parts += [f"The user said of this step: {f.text.strip()[:limit]}" for f in state.feedback if f.score < 0 and f.text]
+    tests = state.tests
+    if tests is not None and tests.red:
+        failing = [name for name, status in tests.tests.items() if status in ("failed", "error")]
+        named = f" ({', '.join(failing[:8])})" if failing else ""
+        parts.append(f"After this step the tests failed: {tests.summary.strip()}{named}")
+    for r in state.tool_results:
+        if r.test_run is not None or not r.failed:
+            continue
+        if r.traceback is not None:
+            parts.append(f"The command raised {r.traceback.exc_type}: {r.traceback.message.strip()[:limit]}")
+        else:
+            tail = r.text.strip().splitlines()[-1:] if r.text.strip() else []
+            parts.append(f"The command exited with code {r.exit_code}" + (f": {tail[0][:limit]}" if tail else ""))
+    return "\n".join(parts) if parts else None
 
 
 class RuleJudge:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lego.algos.advantages import group_advantages
 from lego.types import NO_LOGPROB, Segment, Trajectory, logprobs_to_array
@@ -37,6 +37,20 @@ class TrainItem(BaseModel):
     episode_id: str = Field(description="Segments of one trajectory share it, so the trajectory counts once.")
     harness: str = Field("", description="Harness that produced it (per-harness fidelity breakdown).")
     weight: float = Field(1.0, ge=0, description="Multiplies this segment's token weights (guards' down-weighting).")
+    token_advantages: list[float] | None = Field(
+        None,
+        description="One advantage per response token, used in place of `advantage` at every token (hindsight "
+        "on-policy distillation's log pi_teacher - log pi_student); None: `advantage` at every token.",
+    )
+
+    @model_validator(mode="after")
+    def _one_per_token(self) -> TrainItem:
+        if self.token_advantages is not None and len(self.token_advantages) != len(self.segment.response_ids):
+            raise ValueError(
+                f"token_advantages has {len(self.token_advantages)} values for {len(self.segment.response_ids)} "
+                "response tokens: give one per token"
+            )
+        return self
 
 
 def items_from_trajectories(
@@ -118,6 +132,16 @@ class PaddedBatch:
         self.resp_ids = torch.zeros(b, r, dtype=torch.long)  # (B, R)
         self.versions = torch.full((b, r), -1, dtype=torch.long)  # (B, R) -1: no version recorded
         self.gather_pos = torch.zeros(b, r, dtype=torch.long)  # (B, R) logits position predicting each token
+        # (B, R) per-token advantages when some item has them (the others' scalar at each token); else None
+        self.token_adv: torch.Tensor | None = None
+        if any(it.token_advantages is not None for it in items):
+            self.token_adv = torch.zeros(b, r, dtype=torch.float32)
+            for i, it in enumerate(items):
+                n = len(it.segment.response_ids)
+                if n:
+                    adv = it.token_advantages if it.token_advantages is not None else [it.advantage] * n
+                    self.token_adv[i, :n] = torch.tensor(adv, dtype=torch.float32)
+            self.token_adv = self.token_adv.to(device)
         for i, s in enumerate(segs):
             ids = s.prompt_ids + s.response_ids
             self.input_ids[i, : len(ids)] = torch.tensor(ids)

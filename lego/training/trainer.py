@@ -344,6 +344,7 @@ class Trainer:
                 seq_behaviour_log_weight=(
                     None if behaviour is None else behaviour[[episodes[items[i].episode_id] for i in c]].to(self.device)
                 ),
+                token_advantages=mb.token_adv,
             )
             loss, m = self.loss_fn(inputs, self.algo)
             (loss * self.dist.world_size).backward()  # FSDP averages over ranks; our weights already sum to 1

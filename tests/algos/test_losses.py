@@ -137,3 +137,37 @@ def test_a_switched_on_term_without_its_input_says_which():
         gspo_policy_loss(inputs, _cfg(tis_cap=2.0))
     with pytest.raises(ValueError, match=r"kl_coef > 0 but LossInputs\.ref_logp is None"):
         gspo_policy_loss(inputs, _cfg(kl_coef=0.1))
+
+
+@pytest.mark.parametrize("ratio_level", ["sequence", "token"])
+def test_token_advantages_equal_to_the_row_s_are_the_scalar_loss_and_otherwise_weigh_each_token(ratio_level):
+    torch.manual_seed(0)
+    cfg = _cfg(ratio_level=ratio_level, clip_low=0.2, clip_high=0.28)
+    loss_fn = policy_loss_for(cfg)
+    old = torch.randn(3, 5) * 0.1 - 1.0
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    adv = torch.tensor([1.0, -0.5, 0.25])
+    w = token_weights(mask, "seq-mean-token-mean")
+
+    def grads(token_adv):
+        logp = (old + torch.randn(3, 5) * 0.05).requires_grad_()
+        torch.manual_seed(1)
+        inputs = LossInputs(
+            logp=logp, old_logp=old, advantages=adv, mask=mask, token_weight=w, token_advantages=token_adv
+        )  # fmt: skip
+        loss, _ = loss_fn(inputs, cfg)
+        loss.backward()
+        return loss.detach(), logp.grad
+
+    torch.manual_seed(2)
+    scalar = grads(None)
+    torch.manual_seed(2)
+    spread = grads(adv[:, None].expand(3, 5).clone())
+    assert torch.equal(scalar[0], spread[0]) and torch.equal(scalar[1], spread[1])
+    # Only token 1 of row 1 pushed (the teacher preferred it): only that token's log-prob gets a gradient,
+    # at the token level and at GSPO's (GSPO-token: the ratio's value is the sequence's, its gradient the token's).
+    one = torch.zeros(3, 5)
+    one[1, 1] = 1.0
+    torch.manual_seed(2)
+    _, g = grads(one)
+    assert (g != 0).nonzero().tolist() == [[1, 1]] and g[1, 1] < 0

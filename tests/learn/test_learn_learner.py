@@ -40,8 +40,8 @@ class IntoScripted:
         return None
 
 
-@pytest.fixture()
-def setup(tiny_model_dir: Path, chat_format: Any, tmp_path: Path) -> Any:
+@pytest.fixture(params=["reward"])
+def setup(request: pytest.FixtureRequest, tiny_model_dir: Path, chat_format: Any, tmp_path: Path) -> Any:
     from lego.engines.transformers_engine import TransformersEngine
 
     real = TransformersEngine(tiny_model_dir, device="cpu", max_batch_size=4, seed=0)  # its own: weights change
@@ -55,6 +55,7 @@ def setup(tiny_model_dir: Path, chat_format: Any, tmp_path: Path) -> Any:
             "serve.port=0",
             "serve.learn=true",
             "serve.learn_batch=2",
+            f"serve.learn_signal={request.param}",
             "training.lr=1e-3",
         ],
     )
@@ -62,9 +63,12 @@ def setup(tiny_model_dir: Path, chat_format: Any, tmp_path: Path) -> Any:
     def make() -> tuple[LearnServer, ServeLearner]:
         server = LearnServer(scripted, chat_format, cfg.proxy, cfg.serve)
         trainer = Trainer.from_config(cfg)
-        return server, ServeLearner(cfg, server, scripted, trainer, IntoScripted(real, scripted), RuleJudge())
+        learner = ServeLearner(
+            cfg, server, scripted, trainer, IntoScripted(real, scripted), RuleJudge(), chat_format=chat_format
+        )
+        return server, learner
 
-    return cfg, scripted, make
+    return cfg, scripted, make, real
 
 
 def ask(server: LearnServer, key: str, text: str, temperature: float | None = None) -> None:
@@ -74,7 +78,7 @@ def ask(server: LearnServer, key: str, text: str, temperature: float | None = No
 
 
 def test_judged_turns_train_a_step_the_engine_serves_it_and_a_resume_or_rollback_is_exact(setup: Any) -> None:
-    _, scripted, make = setup
+    _, scripted, make, _ = setup
     server, learner = make()
     assert learner.resume() == 0
     server.start()
@@ -133,6 +137,76 @@ def test_judged_turns_train_a_step_the_engine_serves_it_and_a_resume_or_rollback
     with pytest.raises(Exception, match="no learner checkpoint of step 5"):
         learner.resume(rollback=5)
     server.store.close()
+
+
+@pytest.mark.parametrize("setup", ["opd", "both"], indirect=True)
+def test_hindsight_distillation_scores_the_recorded_tokens_under_the_hinted_context(setup: Any) -> None:
+    cfg, scripted, make, _ = setup
+    server, learner = make()
+    learner.resume()
+    server.start()
+    control = ControlClient.connect(server.dir)
+    try:
+        opened = control.new_session(private=False)
+        client = openai.OpenAI(base_url=f"{server.model_url}/v1", api_key=opened.key, max_retries=0)
+        scripted.push("Use < in the loop.<|im_end|>", "Use <= then.<|im_end|>", "Right, >= then.<|im_end|>")
+        scripted.push("Glad it works.<|im_end|>")
+        talk: list[Any] = [{"role": "user", "content": "the bound check is off by one, fix it"}]
+        for reply_to in ("no, the test still fails", "wrong, try again: use >= there", "thanks, that works"):
+            r = client.chat.completions.create(model="m", messages=talk)
+            talk += [
+                {"role": "assistant", "content": r.choices[0].message.content},
+                {"role": "user", "content": reply_to},
+            ]
+        client.chat.completions.create(model="m", messages=talk)
+        control.end_session(opened.row.id)
+        line = learner.step()
+        marks = server.store.learned()
+    finally:
+        control.close()
+        learner.stop()
+        server.stop()
+    assert line is not None and line["step"] == 1 and line["learner/turns"] == 2
+    # The two corrected turns (the oldest) carry hints and train by distillation; "thanks" has none.
+    assert line["learner/opd_turns"] == 2.0 and line["learner/opd_gap_abs_max"] > 0.0
+    assert marks[(opened.row.id, 0)] == (1, "trained") and marks[(opened.row.id, 1)] == (1, "trained")
+    if cfg.serve.learn_signal == "opd":
+        assert marks[(opened.row.id, 2)] == (0, "no_hint")  # distillation alone: nothing to teach from it
+    else:
+        assert (opened.row.id, 2) not in marks  # scored +0.5: it waits for the next batch
+
+
+def test_the_teacher_context_holds_the_hint_and_its_gap_is_the_engine_s(setup: Any, chat_format: Any) -> None:
+    """The distillation advantage, checked against the serving engine scoring the same ids itself."""
+    import asyncio
+
+    from lego.learn.batches import LearnableTurn
+
+    _, _, make, real = setup
+    server, learner = make()
+    messages = [{"role": "user", "content": "fix the bound"}]
+    prompt = chat_format.render(messages, None, add_generation_prompt=True)
+    output = chat_format.encode("Use < there.<|im_end|>")
+    turn = LearnableTurn("s", 0, "main", True, prompt, output, [0.0] * len(output), [0] * len(output), -1.0, "rules",
+                         messages=messages, hint="The user replied: no, use >=")  # fmt: skip
+    teacher = learner.teacher_prompt(turn)
+    assert "The user replied: no, use >=" in chat_format.decode(teacher) and teacher[: len(prompt) - 3] != prompt
+    items, m = learner._distil([turn], [learner_item(turn)])
+    (t_lp,) = asyncio.run(real.score([teacher + output], [len(teacher)], 1.0))
+    (s_lp,) = asyncio.run(real.score([prompt + output], [len(prompt)], 1.0))
+    expected = [t - s for t, s in zip(t_lp, s_lp, strict=True)]
+    got = items[0].token_advantages
+    assert got is not None and len(got) == len(output)
+    base = -1.0 if learner.cfg.serve.learn_signal == "both" else 0.0
+    assert max(abs(g - base - e) for g, e in zip(got, expected, strict=True)) < 1e-3
+    assert m["learner/opd_turns"] == 1.0
+    server.store.close()
+
+
+def learner_item(turn: Any) -> Any:
+    from lego.conductor.serve_learner import turn_item
+
+    return turn_item(turn)
 
 
 @pytest.mark.slow  # ~60-90 s: three `lego serve` processes on the tiny model

@@ -160,9 +160,11 @@ def _start_learning(cfg: LegoConfig, server: Any, engine: Any, chat_format: Any,
         if "learner/stopped" in line:
             click.secho(f"learner stopped: {line['learner/stopped']} (serving goes on)", fg="red", err=True)
             return
+        opd = f" | distilled {line['learner/opd_turns']:.0f}" if "learner/opd_turns" in line else ""
+        pearson = line.get("training/rollout_actor_probs_pearson_corr", float("nan"))
         click.echo(
             f"learner step {line['step']} | {line['learner/turns']} turns | advantage "
-            f"{line['learner/advantage_mean']:+.2f} | pearson {line.get('training/rollout_actor_probs_pearson_corr', float('nan')):.5f} | "
+            f"{line['learner/advantage_mean']:+.2f}{opd} | pearson {pearson:.5f} | "
             f"backlog {line['learner/backlog']} | {line['learner/step_s']:.1f}s"
         )
 
