@@ -127,18 +127,19 @@ def serve_group(
         running = _start_learning(cfg, server, engine, chat_format, rollback)
     else:
         server.start()
-    days = cfg.serve.retention_days
-
-    def ready() -> None:
-        click.echo(f"lego serve: {ecfg.model} ({ecfg.kind}); store {server.dir / 'learn.db'}")
-        click.echo(f"  model face:    {server.model_url}/v1  (a session's key as the API key)")
-        click.echo(f"  control face:  {server.control_uds}")
-        click.echo(f"  retention:     {'until purged' if days is None else f'{days:g} days'}")
-        click.echo('open a session: eval "$(lego serve session new)"   Ctrl-C to stop.')
-
     from lego.conductor.cli.proxy import serve_until_signalled
 
-    serve_until_signalled(running, ready)
+    serve_until_signalled(running, lambda: _banner(cfg, server))
+
+
+def _banner(cfg: LegoConfig, server: Any) -> None:
+    """Where `lego serve` listens (printed once Ctrl-C is handled)."""
+    ecfg, days = cfg.engine, cfg.serve.retention_days
+    click.echo(f"lego serve: {ecfg.model} ({ecfg.kind}); store {server.dir / 'learn.db'}")
+    click.echo(f"  model face:    {server.model_url}/v1  (a session's key as the API key)")
+    click.echo(f"  control face:  {server.control_uds}")
+    click.echo(f"  retention:     {'until purged' if days is None else f'{days:g} days'}")
+    click.echo('open a session: eval "$(lego serve session new)"   Ctrl-C to stop.')
 
 
 class _LearningServer:
