@@ -38,8 +38,8 @@ learner killed at any moment neither loses a turn nor trains one twice. ``--roll
 step N (0: the starting weights), moves the later checkpoints aside (``learner/rolled_back/``),
 forgets their marks, and the turns their weights sampled are never trained (``rolled_back``).
 
-**Failure.** A lego error in a pass (the fidelity gate, a judge that does not answer) stops the
-learner and says why (:attr:`ServeLearner.error`); serving goes on with the weights it has.
+**Failure.** An error in a pass (the fidelity gate, a judge that does not answer, any other) stops
+the learner and says why (:attr:`ServeLearner.error`); serving goes on with the weights it has.
 Left out: a held-out check that stops the learner when it drops (``lego eval`` on a checkpoint
 does it by hand).
 """
@@ -242,7 +242,7 @@ class ServeLearner:
             try:
                 while not self._stop.is_set() and self.step() is not None:
                     pass  # a backlog trains step after step
-            except LegoError as exc:
+            except Exception as exc:  # a lego error (the gate, the judge) or a bug: the learner stops, serving goes on
                 self.error = f"{type(exc).__name__}: {exc}"
                 append_jsonl(self.dir / "metrics.jsonl", {"learner/stopped": self.error, "time": time.time()})
                 if self.on_step is not None:

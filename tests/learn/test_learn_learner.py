@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,35 @@ def test_the_teacher_context_holds_the_hint_and_its_gap_is_the_engine_s(setup: A
     assert max(abs(g - base - e) for g, e in zip(got, expected, strict=True)) < 1e-3
     assert m["learner/opd_turns"] == 1.0
     server.store.close()
+
+
+def test_a_failing_pass_stops_the_learner_with_its_reason_and_serving_goes_on(setup: Any) -> None:
+    from lego.learn.judge import ModelJudge
+
+    make = setup[2]
+    server, learner = make()
+    learner.judge = ModelJudge("http://127.0.0.1:9/v1", "gone")  # nothing listens there
+    learner.resume()
+    server.start()
+    control = ControlClient.connect(server.dir)
+    try:
+        opened = control.new_session(private=False)
+        ask(server, opened.key, "a question")
+        control.end_session(opened.row.id)
+        learner.start()
+        deadline = time.monotonic() + 60
+        while learner.error is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert learner.error is not None and "JudgeError" in learner.error and "did not answer" in learner.error
+        lines = [json.loads(x) for x in (learner.dir / "metrics.jsonl").read_text().splitlines()]
+        assert lines[-1]["learner/stopped"] == learner.error
+        again = control.new_session(private=False)
+        ask(server, again.key, "still served?")  # the server answers with the weights it has
+        assert [t.policy_version for t in server.store.iter_turns(session_id=again.row.id)] == [0]
+    finally:
+        control.close()
+        learner.stop()
+        server.stop()
 
 
 def learner_item(turn: Any) -> Any:
