@@ -46,6 +46,7 @@ does it by hand).
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -150,6 +151,7 @@ class ServeLearner:
             judge = ModelJudge(
                 url,
                 sc.judge_model,
+                api_key=os.environ.get("LEGO_JUDGE_API_KEY", ""),
                 votes=sc.judge_votes,
                 temperature=sc.judge_temperature,
                 max_tokens=sc.judge_max_tokens,

@@ -51,7 +51,8 @@ class ServeConfig(Section):
         None,
         description="The model judge's OpenAI-compatible base URL (ending in /v1). None: the policy itself "
         "([engine]), served in-process for the judging run. A URL off this machine is refused unless "
-        "serve.judge_allow_remote.",
+        "serve.judge_allow_remote. Its API key, if it needs one, comes from the LEGO_JUDGE_API_KEY environment "
+        "variable (never from a config file).",
     )
     judge_model: str = Field("policy", description="The `model` field sent to serve.judge_url.")
     judge_votes: int = Field(
