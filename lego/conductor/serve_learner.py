@@ -46,7 +46,6 @@ does it by hand).
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 import time
@@ -148,14 +147,7 @@ class ServeLearner:
                 judge_server = ProxyServer(engine, chat_format, ProxyConfig(host="127.0.0.1", port=0))
                 judge_server.start()
                 url = judge_server.base_url
-            judge = ModelJudge(
-                url,
-                sc.judge_model,
-                api_key=os.environ.get("LEGO_JUDGE_API_KEY", ""),
-                votes=sc.judge_votes,
-                temperature=sc.judge_temperature,
-                max_tokens=sc.judge_max_tokens,
-            )
+            judge = ModelJudge.from_config(sc, url)
         trainer = Trainer.from_config(cfg)
         return cls(
             cfg,

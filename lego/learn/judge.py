@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -60,6 +61,7 @@ from typing import Any, Protocol
 import httpx
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from lego.config import ServeConfig
 from lego.errors import LegoError
 from lego.learn.records import TurnRecord, Verdict
 from lego.learn.redact import Redactor
@@ -280,6 +282,18 @@ class ModelJudge:
     excerpt: int = 2000
     timeout_s: float = 300.0
     client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=None))
+
+    @classmethod
+    def from_config(cls, serve: ServeConfig, url: str) -> ModelJudge:
+        """The judge ``[serve]`` describes, at ``url`` (its key from ``LEGO_JUDGE_API_KEY``, never a file)."""
+        return cls(
+            url,
+            serve.judge_model,
+            api_key=os.environ.get("LEGO_JUDGE_API_KEY", ""),
+            votes=serve.judge_votes,
+            temperature=serve.judge_temperature,
+            max_tokens=serve.judge_max_tokens,
+        )
 
     def __post_init__(self) -> None:
         if self.votes < 1:

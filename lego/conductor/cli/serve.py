@@ -7,7 +7,6 @@ redaction).
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -305,14 +304,7 @@ def judge(
                 served = _serve_policy_for_judging(cfg)
                 judge_url = served.base_url
                 click.echo(f"judging with the policy {cfg.engine.model}, served at {judge_url}", err=True)
-            chosen = ModelJudge(
-                judge_url,
-                sc.judge_model,
-                api_key=os.environ.get("LEGO_JUDGE_API_KEY", ""),
-                votes=sc.judge_votes,
-                temperature=sc.judge_temperature,
-                max_tokens=sc.judge_max_tokens,
-            )
+            chosen = ModelJudge.from_config(sc, judge_url)
         try:
             report = judge_store(
                 store,
