@@ -194,7 +194,6 @@ class ServeLearner:
         """Every turn sampled by weights after ``step`` is marked never to train: the new steps reuse
         those version numbers, so the mark must come before any of them is served."""
         store = self.server.store
-        store.unlearn_after(step)
         rows: list[tuple[str, int, int, str, float | None]] = []
         for t in store.iter_turns():
             versions = (t.tokens.versions if t.tokens else []) or [t.policy_version]

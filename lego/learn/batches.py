@@ -80,19 +80,20 @@ def pick_turns(
     ``need_hint``: a turn without one is skipped for good too (``no_hint``: distillation alone has
     nothing to teach from it)."""
     done = store.learned()
+    turns = list(store.iter_turns())  # one read of the store serves the hints and the pick
     states: dict[tuple[str, int], NextState] = {}
     if hints:
         ended = {r.id: r.ended_at is not None for r in store.sessions()}
         by_session: dict[str, list[Any]] = {}
-        for turn in store.iter_turns():
+        for turn in turns:
             by_session.setdefault(turn.session_id, []).append(turn)
-        for sid, turns in by_session.items():
-            states.update({(sid, st.turn): st for st in session_signals(turns, ended=ended.get(sid, False))})
+        for sid, of_session in by_session.items():
+            states.update({(sid, st.turn): st for st in session_signals(of_session, ended=ended.get(sid, False))})
     newest: dict[tuple[str, int], float | None] = {}
     for v in store.verdicts(judge=judge):
         newest[(v.session_id, v.turn)] = v.score  # written oldest first: the last one wins
     out = Picked()
-    for t in store.iter_turns():
+    for t in turns:
         assert t.index is not None
         key = (t.session_id, t.index)
         if key in done or newest.get(key) is None:
