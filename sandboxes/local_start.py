@@ -144,8 +144,15 @@ class HostProcesses:
             # the identity change (which clears it).
             tie()
 
-        # Arguments go through --args (a pipe), so /proc/1/cmdline inside shows no host paths.
-        args_r, args_w = os.pipe()
+        # Arguments go through --args, so /proc/1/cmdline inside shows no host paths. They are all
+        # in place before bubblewrap starts (a memory file, read to its end): through a pipe written
+        # after the start, a lego killed in between handed bubblewrap an early EOF, and it went on
+        # with no arguments at all (no --die-with-parent, no pid namespace), leaving a child behind.
+        args_r = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+        pending = memoryview(b"".join(x.encode() + b"\0" for x in args))
+        while pending:
+            pending = pending[os.write(args_r, pending) :]
+        os.lseek(args_r, 0, os.SEEK_SET)
         info_r, info_w = os.pipe()
         try:
             self.start_spawner(
@@ -156,8 +163,6 @@ class HostProcesses:
         finally:
             for fd in (args_r, info_w, *data_fds.values()):
                 os.close(fd)
-        with os.fdopen(args_w, "wb") as f:
-            f.write(b"".join(x.encode() + b"\0" for x in args))
         self.ns_pid = self._read_child_pid(info_r)
         assert self.init is not None
         (self.host_dir / "init.pid").write_text(str(self.init.pid))

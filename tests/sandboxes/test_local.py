@@ -253,7 +253,7 @@ point = sys.argv[2]
 original = getattr(local_start.HostProcesses, point)
 
 def stall(self, *args, **kwargs):
-    if point == "start_spawner":  # bubblewrap has started and waits for its arguments
+    if point == "start_spawner":  # bubblewrap has just started, its arguments in hand
         original(self, *args, **kwargs)
     print(json.dumps({"init": self.init.pid}), flush=True)
     time.sleep(600)  # lego is SIGKILLed here, in the middle of starting the sandbox
@@ -279,7 +279,7 @@ def _marked(marker: str) -> list[int]:
 
 @pytest.mark.parametrize("point", ["start_spawner", "_read_child_pid", "_wait_ready"])
 def test_lego_killed_while_a_sandbox_starts_leaves_nothing_behind(calc_task: Task, tmp_path: Path, point: str) -> None:
-    """SIGKILL of lego at any moment of a sandbox's start-up (bubblewrap waiting for its arguments,
+    """SIGKILL of lego at any moment of a sandbox's start-up (bubblewrap just started,
     building the filesystem, the server not yet ready): bubblewrap and everything it started die too,
     instead of waiting forever as orphans that hold the sandbox's cgroup."""
     import json
