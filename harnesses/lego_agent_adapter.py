@@ -13,6 +13,7 @@ from typing import ClassVar
 from lego.harnesses.base import json_lines, result_from_exec, sandbox_home
 from lego.harnesses.lego_agent import AGENT_FILE
 from lego.harnesses.lego_agent.agent import EXIT_MAX_TURNS, EXIT_OVERLONG, FORMAT_VERSION
+from lego.errors import HarnessError
 from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, MainThreadSpec, Task, TerminationLabel
 
@@ -44,11 +45,27 @@ class LegoAgentHarness:
         agent_path = f"{home}/.lego-agent/agent.py"
         sandbox.exec(["mkdir", "-p", agent_path.rsplit("/", 1)[0]], timeout=30)
         sandbox.write(agent_path, AGENT_FILE.read_bytes())
-        return PreparedRun(endpoint=endpoint, home=home, files={"agent": agent_path})
+        files = {"agent": agent_path, "trajectory": f"{home}/.lego-agent/trajectory.json"}
+        return PreparedRun(endpoint=endpoint, home=home, files=files)
 
-    def command(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> list[str]:
-        """The agent's argv (the problem statement travels as an argument, so no file lands in the repo)."""
+    def command(
+        self, task: Task | None, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits, message: str | None = None
+    ) -> list[str]:
+        """The agent's argv (the problem statement travels as an argument, so no file lands in the repo;
+        the conversation is kept in the sandbox's home). ``message``: go on with that conversation,
+        ``message`` the person's next message (:meth:`reply`)."""
         endpoint = prepared.endpoint
+        trajectory = prepared.files.get("trajectory")
+        keep = ["--trajectory-file", trajectory] if trajectory else []
+        if message is None:
+            if task is None:
+                raise HarnessError("lego-agent: a run needs its task (or a reply its message)")
+            problem = task.problem_statement
+        else:
+            if not trajectory:
+                raise HarnessError("lego-agent: a reply needs the conversation of a run prepared by this adapter")
+            keep += ["--resume", trajectory]
+            problem = message
         return [
             self.python,
             prepared.files["agent"],
@@ -59,7 +76,7 @@ class LegoAgentHarness:
             "--api-key",
             endpoint.api_key,
             "--problem",
-            task.problem_statement,
+            problem,
             "--repo",
             sandbox.repo_dir,
             "--max-turns",
@@ -70,10 +87,18 @@ class LegoAgentHarness:
             str(self.max_tokens),
             "--request-timeout",
             str(max(30.0, limits.timeout_s)),
+            *keep,
         ]
 
     def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
-        argv = self.command(task, sandbox, prepared, limits)
+        return self._launch(self.command(task, sandbox, prepared, limits), sandbox, limits)
+
+    def reply(self, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits, message: str) -> HarnessResult:
+        """The person's next message after the agent finished (:class:`lego.seams.Conversing`): the agent's
+        own ``--resume`` of the conversation it wrote."""
+        return self._launch(self.command(None, sandbox, prepared, limits, message), sandbox, limits)
+
+    def _launch(self, argv: list[str], sandbox: Sandbox, limits: HarnessLimits) -> HarnessResult:
         res = sandbox.exec(argv, timeout=limits.timeout_s, cwd=sandbox.repo_dir)
         status = [r for r in json_lines(res.stdout) if "lego_agent" in r]
         turns = int(str(status[-1].get("turns", 0))) if status else 0

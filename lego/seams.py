@@ -36,6 +36,7 @@ from lego.types import (
 
 __all__ = [
     "AnswerTaker",
+    "Conversing",
     "Engine",
     "EngineCapabilities",
     "Harness",
@@ -251,6 +252,19 @@ class Harness(Protocol):
     def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
         """Launch the harness's own CLI (or SDK entry point) on ``task`` inside ``sandbox`` as ``prepared``
         set it up; block until it ends."""
+        ...
+
+
+@runtime_checkable
+class Conversing(Protocol):
+    """A harness a person can answer once it has finished: the next message of the same conversation
+    (what they say after the agent said it is done: "it still fails", "thanks"), as its own
+    continue/resume feature does it. The next request the proxy sees holds the whole conversation
+    so far and the message, so what the person said is the next state of the turn before it."""
+
+    def reply(self, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits, message: str) -> HarnessResult:
+        """Go on with the conversation the last :meth:`Harness.run` (or reply) in ``sandbox`` left, the
+        person's ``message`` its next user message; block until the harness is done again."""
         ...
 
 

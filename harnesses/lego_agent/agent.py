@@ -14,6 +14,10 @@ trajectories); a change to it is a change of ``FORMAT_VERSION``:
   had no usable tool call, one ``user`` message :data:`NO_TOOL_CALL_FEEDBACK`.
 - tools: ``bash``, ``str_replace_editor`` and ``submit`` exactly as in :data:`TOOLS`.
 
+``--resume FILE`` goes on with a conversation an earlier run wrote with ``--trajectory-file``: its
+messages, then the new ``--problem`` as the person's next ``user`` message, verbatim (what they
+say after the agent finished: "it still fails", "thanks"). The file must be of this format version.
+
 The episode ends when the model calls ``submit`` (exit 0), when ``--max-turns`` assistant turns
 have passed (exit 10), when the server says the context is full (HTTP 400 naming the context,
 exit 11) or on an unrecoverable API error (exit 1). The last stdout line is a JSON status record.
@@ -279,11 +283,14 @@ class Agent:
             log(f"[{name}] {observation[:400]}")
         return submitted
 
-    def run(self, problem: str) -> int:
-        self.messages = [
-            {"role": "system", "content": SYSTEM_PROMPT.format(repo=self.args.repo)},
-            {"role": "user", "content": TASK_TEMPLATE.format(repo=self.args.repo, problem=problem)},
-        ]
+    def run(self, problem: str, history: list[dict[str, Any]] | None = None) -> int:
+        if history:
+            self.messages = [*history, {"role": "user", "content": problem}]
+        else:
+            self.messages = [
+                {"role": "system", "content": SYSTEM_PROMPT.format(repo=self.args.repo)},
+                {"role": "user", "content": TASK_TEMPLATE.format(repo=self.args.repo, problem=problem)},
+            ]
         turns = 0
         status, code = "max_turns", EXIT_MAX_TURNS
         try:
@@ -332,7 +339,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--request-timeout", type=float, default=600.0)
     p.add_argument("--retries", type=int, default=3)
     p.add_argument("--trajectory-file", help="write the final messages here as JSON")
+    p.add_argument(
+        "--resume",
+        metavar="FILE",
+        help="go on with the conversation a --trajectory-file holds; --problem is then the user's next message",
+    )
     return p.parse_args(argv)
+
+
+def read_history(path: str) -> list[dict[str, Any]]:
+    """The messages of a trajectory this agent wrote (refused: another format version, or no messages)."""
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    if not isinstance(record, dict) or record.get("format_version") != FORMAT_VERSION:
+        found = record.get("format_version") if isinstance(record, dict) else None
+        raise SystemExit(f"lego-agent: --resume {path}: format version {found!r}, this agent writes {FORMAT_VERSION}")
+    messages = record.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise SystemExit(f"lego-agent: --resume {path}: no messages to go on with")
+    return messages
 
 
 def read_problem(args: argparse.Namespace) -> str:
@@ -350,7 +375,8 @@ def read_problem(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.repo = os.path.abspath(args.repo)
-    return Agent(args).run(read_problem(args))
+    history = read_history(args.resume) if args.resume else None
+    return Agent(args).run(read_problem(args), history)
 
 
 if __name__ == "__main__":

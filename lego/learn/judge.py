@@ -29,10 +29,13 @@ rule                        score  fires when
 ``user_requery``            -0.5   the person's next message says it is still wrong ("still fails", "doesn't work", "try again")
 ``session_tests_green``      +1    the main thread's last turn of an ended session; its last test run green
 ``session_tests_red``        -1    ... red
+``attempt_thanks``          +0.5   no other rule fires and no message of the person follows the turn itself, and their reply
+                                   to the attempt it was a step of (``episode_reply``: the next one in its thread) thanks
+``attempt_requery``         -0.5   ... that reply says it is still wrong
 ==========================  =====  ==============================================================
 
-A first red run (none before it in the thread) fires nothing: running the tests to see the failure
-is how a fix starts. A re-query is read before thanks ("thanks, but it still fails" is a re-query). The phrases are
+A first red run (none before it in the thread) fires nothing of its own: running the tests to see
+the failure is how a fix starts (the attempt's reply, if any, scores it). A re-query is read before thanks ("thanks, but it still fails" is a re-query). The phrases are
 English; a person who writes otherwise gives the model judge or explicit feedback.
 
 **The model judge** (:class:`ModelJudge`, name ``model:<model>``) sends the rubric below, the
@@ -93,6 +96,8 @@ RULES: dict[str, float] = {
     "user_requery": -0.5,
     "session_tests_green": 1.0,
     "session_tests_red": -1.0,
+    "attempt_thanks": 0.5,
+    "attempt_requery": -0.5,
 }
 """Each rule's term (``feedback`` is the person's mean score and overrides the others)."""
 
@@ -155,6 +160,8 @@ def rule_terms(state: NextState) -> list[str]:
     terms += _user_terms(state.user_message)
     if state.session_tests is not None:
         terms.append("session_tests_green" if state.session_tests.green else "session_tests_red")
+    if not terms and state.user_message is None:  # the step's own next state is silent: the attempt's reply speaks
+        terms += [t.replace("user_", "attempt_") for t in _user_terms(state.episode_reply)]
     return terms
 
 
@@ -166,6 +173,8 @@ def hindsight_hint(state: NextState, limit: int = 600) -> str | None:
     parts: list[str] = []
     if state.user_message and _REQUERY.search(state.user_message):
         parts.append(f"The user replied: {state.user_message.strip()[:limit]}")
+    elif state.user_message is None and state.episode_reply and _REQUERY.search(state.episode_reply):
+        parts.append(f"When the agent finished this attempt, the user replied: {state.episode_reply.strip()[:limit]}")
     parts += [f"The user said of this step: {f.text.strip()[:limit]}" for f in state.feedback if f.score < 0 and f.text]
     tests = state.tests
     if tests is not None and tests.red:
@@ -216,7 +225,8 @@ def _verdict(
 RUBRIC = """You judge one step of a coding agent working for a person. You see what the person last asked, \
 the agent's reply (its text and the tools it called) and the NEXT STATE: what happened right after -- the \
 tools' results (exit codes, test runs, tracebacks), the person's next message, and at the end of a \
-session its final test run.
+session its final test run. When the person spoke only after later steps of the same attempt, their \
+reply to the attempt is given as episode_reply: the step shares that attempt's outcome.
 
 Judge the reply by its next state only:
 - Score 1: the step moved the work forward -- failing tests now pass, the command it ran did what was \

@@ -7,6 +7,7 @@
         state.feedback         # their explicit verdicts on the turn
         state.tests_before     # the last test run the thread had seen before (red -> green needs it)
         state.session_tests    # end of session: the last test run, on the main thread's last turn
+        state.episode_reply    # the person's reply to the attempt this turn was a step of
 
 **Where a next state is.** A turn's request carries the thread's conversation so far. The reply
 went back to the harness, which acted on it and sent the thread's next request with the reply and
@@ -17,6 +18,12 @@ found there as the proxy found it (by the tool-call ids it returned, else by its
 position the turn's own request ends when the harness echoed the history verbatim, else wherever
 it last appears. A later turn whose request does not hold the reply at all (the harness compacted
 or rewrote history) leaves the next state unknown (``unmatched``), never guessed.
+
+**An attempt's reply.** An agent works in steps (edit, run, edit, "done") and the person answers
+the attempt, not the step: their message lands in the next state of the attempt's last turn only.
+Every earlier turn of the attempt -- each turn of the thread since the person last spoke -- gets
+that message as its ``episode_reply`` (judges credit the steps with the outcome; a hint for
+hindsight distillation reaches the edit that caused it).
 
 A thread's last turn has nothing after it yet: ``pending`` while its session may still get turns,
 ``ended`` once the session ended (:meth:`~lego.learn.store.SqliteStore.end_session`), when its next
@@ -106,7 +113,10 @@ class NextState:
     judge waits) or ``unmatched`` (a later turn exists but its request does not hold this reply).
     ``tests_before``: the last test run among the results in the turn's own request (what the
     thread had seen when the policy acted). ``session_tests``: on the main thread's last turn of an
-    ended session, the test run its last tool results showed (the end state), else None."""
+    ended session, the test run its last tool results showed (the end state), else None.
+    ``episode_reply``: for a turn whose own next state holds no message of the person, the first one
+    that came later in its thread -- the reply to the attempt this turn was a step of (the edit
+    before the agent said "done" is what the person's "still fails" is about), else None."""
 
     session_id: str
     turn: int
@@ -121,6 +131,7 @@ class NextState:
     feedback: tuple[Feedback, ...]
     tests_before: TestRun | None
     session_tests: TestRun | None = None
+    episode_reply: str | None = None
 
     @property
     def known(self) -> bool:
@@ -135,7 +146,7 @@ class NextState:
 
     def to_json(self, excerpt: int = 2000) -> dict[str, Any]:
         """The state as a judge's input (each result's text cut to ``excerpt`` characters, head and tail)."""
-        return {
+        out: dict[str, Any] = {
             "session_id": self.session_id,
             "turn": self.turn,
             "thread_main": self.main,
@@ -151,6 +162,9 @@ class NextState:
             "tests_before": None if self.tests_before is None else self.tests_before.to_json(),
             "session_tests": None if self.session_tests is None else self.session_tests.to_json(),
         }
+        if self.episode_reply is not None:  # absent rather than null: older verdicts' fingerprints hold
+            out["episode_reply"] = self.episode_reply
+        return out
 
 
 # ---------------------------------------------------------------------- per API: a result's text
@@ -346,7 +360,22 @@ def session_signals(turns: Iterable[TurnRecord], *, ended: bool) -> list[NextSta
                 tests_before=seen.last(turn.api, turn.messages),
             )
     _end_state(states, by_thread, ended)
+    _episode_replies(states, by_thread)
     return [states[i] for i in sorted(states)]
+
+
+def _episode_replies(states: dict[int, NextState], by_thread: dict[str, list[TurnRecord]]) -> None:
+    """Give each turn without a message of the person in its next state the first one later in its thread."""
+    for thread in by_thread.values():
+        later: str | None = None
+        for t in reversed(thread):
+            if t.index is None:
+                continue
+            state = states[t.index]
+            if state.user_message is not None:
+                later = state.user_message
+            elif later is not None:
+                states[t.index] = replace(state, episode_reply=later)
 
 
 def _end_state(states: dict[int, NextState], by_thread: dict[str, list[TurnRecord]], ended: bool) -> None:

@@ -59,10 +59,11 @@ def test_the_rules_score_each_turn_from_what_followed_it(served: Any, runs: Real
     sid = red_to_green_session(served, api, runs)
     store = SqliteStore(served[0].dir / "learn.db")
     report = judge_store(store, RuleJudge())
-    assert (report.scored, report.no_signal, report.pending, report.sessions) == (3, 1, 0, 1)
+    assert (report.scored, report.no_signal, report.pending, report.sessions) == (4, 0, 0, 1)
     got = [(v.turn, v.status, v.score, v.rules) for v in store.verdicts(session_id=sid, judge="rules")]
     assert got == [
-        (0, "no_signal", None, ()),  # the first run is red: finding the failure is no fault
+        # The first run is red: finding the failure is no fault of its own; the attempt it began was thanked.
+        (0, "scored", 0.5, ("attempt_thanks",)),
         (1, "scored", 1.0, ("tests_fixed",)),  # red -> green
         (2, "scored", 0.5, ("user_thanks",)),  # "thanks, that works"
         (3, "scored", 1.0, ("session_tests_green",)),  # the session ended green
@@ -81,7 +82,7 @@ def test_a_wrong_fix_and_the_person_s_requery_score_below_zero(served: Any, runs
     judge_store(store, RuleJudge())
     got = [(v.turn, v.score, v.rules) for v in store.verdicts(session_id=sid)]
     assert got == [
-        (0, None, ()),
+        (0, -0.5, ("attempt_requery",)),  # its own state is silent (a first red run): the attempt was re-queried
         (1, -0.5, ("tests_still_red",)),
         (2, -0.5, ("user_requery",)),  # "no, the test still fails": a re-query, not thanks
         (3, -1.0, ("session_tests_red",)),
@@ -191,7 +192,7 @@ def test_the_cli_judges_with_the_policy_itself_and_shows_each_verdict(
     d = ["--dir", str(server.dir)]
     res = CliRunner().invoke(cli, ["serve", *d, "judge"])
     assert res.exit_code == 0, res.output
-    assert "judge rules: 4 verdicts on 1 sessions (3 scored, 1 no signal, 0 unparseable)" in res.output
+    assert "judge rules: 4 verdicts on 1 sessions (4 scored, 0 no signal, 0 unparseable)" in res.output
     # The policy itself (the tiny model, sampling): whatever it says is kept, a reply without a score as such.
     policy = ["-o", f"engine.model={tiny_model_dir}", "-o", "engine.device=cpu", "-o", "serve.judge_max_tokens=16"]
     res = CliRunner().invoke(cli, ["serve", *d, *policy, "judge", "--judge", "model", "--session", sid])
