@@ -33,7 +33,7 @@ import click
 from lego.errors import ConfigError
 from lego.io import atomic_write_json
 
-__all__ = ["command", "pick_checkpoint", "run_bench"]
+__all__ = ["command", "compare_to_start", "pick_checkpoint", "report_head", "run_bench", "sweep_start"]
 
 
 class _BudgetSpent(Exception):
@@ -106,13 +106,6 @@ def run_bench(
     from rich.console import Console
 
     from lego.conductor.bench.learn_plot import plot_learn
-    from lego.conductor.bench.learn_sweep import (
-        best_temperature,
-        compare_policies,
-        point_counters,
-        run_confirm,
-        run_sweep,
-    )
     from lego.conductor.loop import train
     from lego.config import load_config
     from lego.io import read_jsonl
@@ -133,38 +126,9 @@ def run_bench(
     )
     tasks = load_tasks(cfg.tasks.split_spec(cfg.tasks.eval_split), cfg.tasks.where, limit)
     start_model = cfg.engine.model
-    temps = list(cfg.eval.temperatures)
-    n = cfg.eval.sweep_samples
-    report: dict[str, Any] = {
-        "minutes": minutes,
-        "start_model": start_model,
-        "tasks": len(tasks),
-        "samples": n,
-        "confirm_samples": cfg.eval.confirm_samples,
-        "temperatures": temps,
-        "pass_at_k": list(cfg.eval.pass_at_k),
-        "train_temperature": cfg.algorithm.temperature,
-        "eval_max_tokens": cfg.eval.max_tokens,
-        "eval_concurrency": cfg.eval.concurrency,
-        "seed": seed,
-        "eval_seed": eval_seed,
-        "comparison": None,
-    }
+    report = report_head(cfg, minutes, len(tasks), seed, eval_seed)
     t0 = time.monotonic()
-    console.print(
-        f"[1/3] the start policy on {len(tasks)} held-out tasks x {n} samples at T = {', '.join(map(str, temps))}"
-        + (f", then {cfg.eval.confirm_samples} at its best" if cfg.eval.confirm_samples else "")
-    )
-    before, wall = run_sweep(cfg, {"start": start_model}, tasks, out / "eval", eval_seed, factory)
-    report["before_sweep"] = {"wall_s": round(wall, 1), "points": point_counters(before, "start")}
-    for p in report["before_sweep"]["points"]:
-        lo, hi = p["ci95_all_tasks"]
-        console.print(f"      T={p['temperature']:g}: pass@1 {p['pass1_all_tasks']:.3f} [95% CI {lo:.3f}, {hi:.3f}]")
-    if cfg.eval.confirm_samples:
-        chosen = best_temperature(before, "start", [t.instance_id for t in tasks], n)
-        console.print(f"      confirm: {cfg.eval.confirm_samples} fresh samples per task at its best, T={chosen:g}")
-        _, cwall = run_confirm(cfg, {"start": (start_model, chosen)}, tasks, out / "eval", eval_seed, factory)
-        report["before_sweep"].update(confirm_wall_s=round(cwall, 1), confirm_temperature=chosen)
+    sweep_start(cfg, tasks, out, eval_seed, factory, console, report)
 
     t_train = time.monotonic()
     budget = minutes * 60.0
@@ -192,13 +156,8 @@ def run_bench(
     report["steps"] = within_step if within_step is not None else len(steps)
     report["after_train_s"] = round(within_s, 1) if within_s is not None else report["train_s"]
     if steps and pick is not None:
-        report["after_checkpoint"] = str(pick)
         console.print(f"[3/3] the trained policy after {report['steps']} steps ({pick}) at the same temperatures")
-        comparison, after = compare_policies(cfg, start_model, str(pick), tasks, out / "eval", eval_seed, factory)
-        report["after_sweep"] = after
-        report["comparison"] = comparison.model_dump(mode="json")
-        report["headline"] = _headline(report["comparison"])
-        console.print(f"      {report['headline']}")
+        compare_to_start(cfg, start_model, pick, tasks, out, eval_seed, factory, console, report)
     pearsons = [s["metrics"].get("training/rollout_actor_probs_pearson_corr") for s in steps]
     report["pearson_min"] = min((p for p in pearsons if p is not None), default=None)
     report["per_step"] = [
@@ -215,6 +174,72 @@ def run_bench(
     plot_learn(report, out / "learn.png")
     atomic_write_json(out / "learn.json", report, indent=1)
     return report
+
+
+def report_head(cfg: Any, minutes: float, tasks: int, seed: int, eval_seed: int) -> dict[str, Any]:
+    """The settings every learning bench's report starts with."""
+    return {
+        "minutes": minutes,
+        "start_model": cfg.engine.model,
+        "tasks": tasks,
+        "samples": cfg.eval.sweep_samples,
+        "confirm_samples": cfg.eval.confirm_samples,
+        "temperatures": list(cfg.eval.temperatures),
+        "pass_at_k": list(cfg.eval.pass_at_k),
+        "train_temperature": cfg.algorithm.temperature,
+        "eval_max_tokens": cfg.eval.max_tokens,
+        "eval_concurrency": cfg.eval.concurrency,
+        "seed": seed,
+        "eval_seed": eval_seed,
+        "comparison": None,
+    }
+
+
+def sweep_start(
+    cfg: Any, tasks: list[Any], out: Path, eval_seed: int, factory: Any, console: Any, report: dict[str, Any]
+) -> None:
+    """Phase 1 of the learning benches: the start policy (``engine.model``) over the temperature sweep
+    on ``tasks``, then its confirm samples at its best temperature; bookkeeping into ``report``."""
+    from lego.conductor.bench.learn_sweep import best_temperature, point_counters, run_confirm, run_sweep
+
+    start_model, temps, n = cfg.engine.model, list(cfg.eval.temperatures), cfg.eval.sweep_samples
+    console.print(
+        f"[1/3] the start policy on {len(tasks)} held-out tasks x {n} samples at T = {', '.join(map(str, temps))}"
+        + (f", then {cfg.eval.confirm_samples} at its best" if cfg.eval.confirm_samples else "")
+    )
+    before, wall = run_sweep(cfg, {"start": start_model}, tasks, out / "eval", eval_seed, factory)
+    report["before_sweep"] = {"wall_s": round(wall, 1), "points": point_counters(before, "start")}
+    for p in report["before_sweep"]["points"]:
+        lo, hi = p["ci95_all_tasks"]
+        console.print(f"      T={p['temperature']:g}: pass@1 {p['pass1_all_tasks']:.3f} [95% CI {lo:.3f}, {hi:.3f}]")
+    if cfg.eval.confirm_samples:
+        chosen = best_temperature(before, "start", [t.instance_id for t in tasks], n)
+        console.print(f"      confirm: {cfg.eval.confirm_samples} fresh samples per task at its best, T={chosen:g}")
+        _, cwall = run_confirm(cfg, {"start": (start_model, chosen)}, tasks, out / "eval", eval_seed, factory)
+        report["before_sweep"].update(confirm_wall_s=round(cwall, 1), confirm_temperature=chosen)
+
+
+def compare_to_start(
+    cfg: Any,
+    start_model: str,
+    pick: Path,
+    tasks: list[Any],
+    out: Path,
+    eval_seed: int,
+    factory: Any,
+    console: Any,
+    report: dict[str, Any],
+) -> None:
+    """Phase 3: the trained checkpoint ``pick`` at the same temperatures, tasks and seeds, compared with
+    the start best-vs-best (the start's samples in ``out/eval`` are reused); into ``report``."""
+    from lego.conductor.bench.learn_sweep import compare_policies
+
+    report["after_checkpoint"] = str(pick)
+    comparison, after = compare_policies(cfg, start_model, str(pick), tasks, out / "eval", eval_seed, factory)
+    report["after_sweep"] = after
+    report["comparison"] = comparison.model_dump(mode="json")
+    report["headline"] = _headline(report["comparison"])
+    console.print(f"      {report['headline']}")
 
 
 def _temperatures(value: str | None) -> list[str]:

@@ -13,6 +13,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "sandbox": ("lego.conductor.bench.sandbox:command", "Sandbox create-to-ready and grade latency."),
     "trainer": ("lego.conductor.bench.trainer:command", "Trainer step speed."),
     "learn": ("lego.conductor.bench.learn:command", "Does the embedded default learn (best-vs-best)."),
+    "use": ("lego.conductor.bench.use:command", "Learning from use: a simulated person's replies, best-vs-best."),
     "async": ("lego.conductor.bench.asynchrony:command", "Synchronous vs asynchronous training, same budget."),
     "reasoning": ("lego.conductor.bench.reasoning:command", "Reasoning-history policies compared."),
     "probe": ("lego.conductor.bench.probe:command", "Teacher-forced probability of chosen tokens."),
