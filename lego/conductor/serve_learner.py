@@ -10,7 +10,8 @@
 judged yet (:func:`lego.learn.judge.judge_store`); :func:`lego.learn.batches.pick_turns` lists the
 scored turns not yet used, and marks for good those that can never be trained (no ids, a forced
 call, another temperature, too stale, rolled back); once ``serve.learn_batch`` are ready, the
-oldest of them make one step. Each turn is one segment: the engine prompt as context, its sampled
+freshest of them make one step -- when one of them holds tokens the served weights sampled (the
+fidelity gate measures those: no step goes unchecked; older ones wait, until too stale). Each turn is one segment: the engine prompt as context, its sampled
 ids with their recorded logprobs and per-token policy versions (mask 1 throughout: a served turn
 is all policy), its advantage the judge's score (``serve.learn_signal = "reward"``).
 
@@ -309,9 +310,12 @@ class ServeLearner:
         if picked.skipped:
             store.mark_learned([(sid, turn, self.version, why, None) for sid, turn, why in picked.skipped])
         size = self.cfg.serve.learn_batch
-        if len(picked.ready) < size:
+        # The freshest first (the least off-policy), and never a step without a token the served weights
+        # sampled: the fidelity gate measures only those, so every step keeps its rollout-train check.
+        fresh = sorted(picked.ready, key=lambda t: max(t.versions, default=0), reverse=True)
+        if len(fresh) < size or not any(self.version in t.versions for t in fresh[:size]):
             return None
-        batch = picked.ready[:size]
+        batch = fresh[:size]
         t0 = time.monotonic()
         items = [turn_item(t) for t in batch]
         distilled: dict[str, float] = {}
@@ -328,7 +332,10 @@ class ServeLearner:
                 "into the engine; restart `lego serve --learn` (it resumes from the checkpoint)"
             )
         self.version = step
-        save_checkpoint(self.trainer, self.dir, extra={"serve_version": step})
+        # A LoRA checkpoint also holds the merged weights, so `lego eval` takes it as a model (as lego train's).
+        merged = self.cfg.training.finetune == "lora"
+        keep = self.cfg.serve.learn_keep_checkpoints
+        save_checkpoint(self.trainer, self.dir, extra={"serve_version": step}, export_merged=merged, keep_last=keep)
         line = {
             "step": step,
             "time": time.time(),

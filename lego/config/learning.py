@@ -83,6 +83,12 @@ class ServeConfig(Section):
     )
     learn_opd_weight: float = Field(1.0, gt=0, description="The distillation term's weight (serve.learn_signal).")
     learn_poll_s: float = Field(10.0, gt=0, description="How often the learner looks for newly settled turns.")
+    learn_keep_checkpoints: int | None = Field(
+        20,
+        ge=1,
+        description="Learner checkpoints kept (the newest; each LoRA one also holds the merged weights `lego eval` "
+        "reads); `--rollback N` reaches only a kept step. None: keep every one.",
+    )
     learn_max_staleness: int = Field(
         4,
         ge=0,

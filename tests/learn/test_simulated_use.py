@@ -105,6 +105,8 @@ def test_a_wrong_fix_is_requeried_the_right_one_thanked_and_every_step_of_each_a
     line = learner.step()
     assert line is not None and line["learner/turns"] == 4 and line["learner/advantage_mean"] == 0.0
     assert line["training/rollout_actor_probs_pearson_corr"] > 0.999
+    step1 = learner.dir / "checkpoints" / "step_000001"
+    assert cfg.training.finetune != "lora" or (step1 / "config.json").is_file()  # `lego eval` takes it as a model
 
 
 def test_the_person_reports_what_a_terminal_shows() -> None:

@@ -130,6 +130,7 @@ def _simulated_use(
     from lego.engines import build_engine
     from lego.io import read_jsonl
     from lego.learn.server import LearnServer
+    from lego.learn.store import SqliteStore
     from lego.models.chat import ChatFormat
     from lego.models.tiny import resolve_model
     from lego.training.checkpoint import load_latest
@@ -175,12 +176,19 @@ def _simulated_use(
     use_s = time.monotonic() - t_use
     steps = read_jsonl(learner.dir / "metrics.jsonl") if (learner.dir / "metrics.jsonl").is_file() else []
     steps = [s for s in steps if "step" in s]
+    store = SqliteStore(server.dir / "learn.db")  # the server closed its own
     verdicts: dict[str, int] = {}
-    for v in server.store.verdicts(judge=learner.judge.name):
+    for v in store.verdicts(judge=learner.judge.name):
         verdicts[v.status] = verdicts.get(v.status, 0) + 1
+    rules: dict[str, int] = {}
+    for v in store.verdicts(judge=learner.judge.name):
+        for r in v.rules:
+            rules[r] = rules.get(r, 0) + 1
     marks: dict[str, int] = {}
-    for _, (_, outcome) in server.store.learned().items():
+    for _, (_, outcome) in store.learned().items():
         marks[outcome] = marks.get(outcome, 0) + 1
+    turns = sum(1 for _ in store.iter_turns())
+    store.close()
     latest = load_latest(learner.dir)
     pearsons = [s.get("training/rollout_actor_probs_pearson_corr") for s in steps]
     result = {
@@ -189,8 +197,9 @@ def _simulated_use(
         "sessions_green": sum(1 for r in records if r["green"]),
         "sessions_failed_to_run": sum(1 for r in records if r["error"]),
         "session_quarters": _quarters(records, minutes * 60.0),
-        "turns": sum(1 for _ in server.store.iter_turns()),
+        "turns": turns,
         "verdicts": verdicts,
+        "rules": rules,
         "learned": marks,
         "learner_error": learner.error,
         "steps": len(steps),
@@ -207,7 +216,6 @@ def _simulated_use(
             for s in steps
         ],
     }
-    server.store.close()
     del engine, learner, server
     gc.collect()
     return result
