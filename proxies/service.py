@@ -321,6 +321,8 @@ class ProxyService:
                     constrained=gen.constrained,
                     versions=list(gen.versions),
                     temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k,
                 )
                 await self._keep(s, turn)
         total = time.perf_counter() - t0

@@ -47,6 +47,9 @@ class CompletedTurn:
     """The policy version that sampled each output token (steps up where a weight swap took over mid-reply)."""
     temperature: float | None = None
     """The temperature the turn was sampled at (its logprobs are the policy's at that temperature)."""
+    top_p: float | None = None
+    top_k: int | None = None
+    """The truncation it was sampled under (1.0 and 0: none): a truncated draw is not the policy's distribution."""
 
 
 class FeedbackBody(BaseModel):

@@ -17,6 +17,9 @@ would not be what it claims:
 - ``temperature``: sampled at another temperature than the trainer computes logprobs at, or at one
   not recorded (an older record): its logprobs are another distribution's, and the fidelity gate
   and the importance ratios would compare unlike with unlike;
+- ``truncated``: sampled under top-p < 1 or top-k > 0 (what the harness asked), or with the
+  truncation not recorded (an older record): the draw came from a truncated distribution the
+  trainer does not compute, so its ratios and the fidelity gate would compare unlike with unlike;
 - ``stale``: sampled more than ``max_staleness`` learner steps before the current weights;
 - ``rolled_back``: sampled by weights that were rolled back (a version above the current one);
 - ``no_hint``: with distillation alone (``serve.learn_signal = "opd"``), a turn whose next state
@@ -107,6 +110,9 @@ def pick_turns(
             continue
         if t.temperature is None or not math.isclose(t.temperature, temperature, rel_tol=0, abs_tol=1e-6):
             out.skipped.append((*key, "temperature"))
+            continue
+        if t.top_p is None or t.top_p < 1.0 or t.top_k is None or t.top_k > 0:
+            out.skipped.append((*key, "truncated"))
             continue
         versions = list(tokens.versions) or [t.policy_version] * len(tokens.output_ids)
         if max(versions) > version:

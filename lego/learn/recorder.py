@@ -67,6 +67,8 @@ def redact_turn(turn: CompletedTurn, redactor: Redactor, decode: Callable[[list[
         policy_version=turn.policy_version,
         constrained=turn.constrained,
         temperature=turn.temperature,
+        top_p=turn.top_p,
+        top_k=turn.top_k,
         redactions=n_messages + n_tools + n_reply + n_reasoning + in_ids,
     )
 

@@ -89,6 +89,9 @@ class TurnRecord:
     redactions: int
     temperature: float | None = None
     """The temperature the turn was sampled at (None: a record older than that; unknown)."""
+    top_p: float | None = None
+    top_k: int | None = None
+    """The top-p / top-k truncation it was sampled under (1.0 / 0: none; None: an older record, unknown)."""
     created_at: float = field(default_factory=time.time)
     index: int | None = None
     """The turn's place in its session (0, 1, ...), set by the store."""

@@ -37,7 +37,8 @@ written already redacted like a turn, deleted with it (purge, retention).
 migrates it in place, in one transaction (:data:`_MIGRATIONS`), so a database written by an
 earlier lego stays readable with everything in it. Version 2 added the verdicts table and the
 sessions' ``ended_at``; version 3 each turn's per-token versions and sampling temperature, and the
-``learned`` table (which turns the learner used, at which step: :mod:`lego.learn.learner`). A newer file than this lego knows is refused, never rewritten.
+``learned`` table (which turns the learner used, at which step: :mod:`lego.conductor.serve_learner`);
+version 4 the top-p / top-k each turn was sampled under. A newer file than this lego knows is refused, never rewritten.
 
 ``SqliteStore(":memory:")`` is the test double: the same code, no file.
 """
@@ -132,6 +133,8 @@ CREATE TABLE IF NOT EXISTS turns (
     redactions INTEGER NOT NULL,
     versions BLOB,
     temperature REAL,
+    top_p REAL,
+    top_k INTEGER,
     PRIMARY KEY (session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS turns_created ON turns(created_at);
@@ -169,11 +172,12 @@ CREATE TABLE IF NOT EXISTS learned (
     FOREIGN KEY (session_id, turn) REFERENCES turns(session_id, idx) ON DELETE CASCADE
 );
 """
-_VERSION = 3
+_VERSION = 4
 
 _MIGRATIONS: dict[int, str] = {
     1: "ALTER TABLE sessions ADD COLUMN ended_at REAL;",
     2: "ALTER TABLE turns ADD COLUMN versions BLOB; ALTER TABLE turns ADD COLUMN temperature REAL;",
+    3: "ALTER TABLE turns ADD COLUMN top_p REAL; ALTER TABLE turns ADD COLUMN top_k INTEGER;",
 }
 """From version N to N+1: what :data:`_SCHEMA`'s ``CREATE ... IF NOT EXISTS`` cannot do to an
 existing file (new tables and indexes come from the schema itself)."""
@@ -341,7 +345,7 @@ class SqliteStore:
                     "SELECT COALESCE(MAX(idx), -1) + 1 FROM turns WHERE session_id = ?", (record.session_id,)
                 ).fetchone()[0]
                 db.execute(
-                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.session_id,
                         index,
@@ -362,6 +366,8 @@ class SqliteStore:
                         record.redactions,
                         _blob("i", tokens.versions) if tokens and tokens.versions else None,
                         record.temperature,
+                        record.top_p,
+                        record.top_k,
                     ),
                 )
                 db.execute("COMMIT")
@@ -549,6 +555,8 @@ class SqliteStore:
                 constrained=bool(r[15]),
                 redactions=r[16],
                 temperature=r[18],
+                top_p=r[19],
+                top_k=r[20],
                 feedback=tuple(feedback.get((r[0], r[1]), ())),
                 verdicts=tuple(verdicts.get((r[0], r[1]), ())),
             )

@@ -72,9 +72,9 @@ def setup(request: pytest.FixtureRequest, tiny_model_dir: Path, chat_format: Any
     return cfg, scripted, make, real
 
 
-def ask(server: LearnServer, key: str, text: str, temperature: float | None = None) -> None:
+def ask(server: LearnServer, key: str, text: str, temperature: float | None = None, **more: Any) -> None:
     client = openai.OpenAI(base_url=f"{server.model_url}/v1", api_key=key, max_retries=0)
-    extra = {} if temperature is None else {"temperature": temperature}
+    extra = ({} if temperature is None else {"temperature": temperature}) | more
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}], **extra)  # type: ignore[call-overload]
 
 
@@ -87,24 +87,29 @@ def test_judged_turns_train_a_step_the_engine_serves_it_and_a_resume_or_rollback
     try:
         opened = control.new_session(private=False)
         hidden = control.new_session(private=True)
-        scripted.push("Use >= there.<|im_end|>", "Use < there.<|im_end|>", "Try again.<|im_end|>", "Mine.<|im_end|>")
+        scripted.push(
+            "Use >= there.<|im_end|>", "Use < there.<|im_end|>", "Try again.<|im_end|>", "Nucleus.<|im_end|>",
+            "Mine.<|im_end|>",
+        )  # fmt: skip
         ask(server, opened.key, "which comparison?")  # turn 0, temperature 1.0 (the trainer's)
         ask(server, opened.key, "and in the loop?")  # turn 1: the first one's thread is over, a new one
         ask(server, opened.key, "once more, colder", temperature=0.3)  # turn 2: another distribution
+        ask(server, opened.key, "only the likely words", top_p=0.5)  # turn 3: a truncated draw
         ask(server, hidden.key, "private question")
-        for turn, score in ((0, 1), (1, -1), (2, 1)):
+        for turn, score in ((0, 1), (1, -1), (2, 1), (3, 1)):
             control.feedback(opened.row.id, score, turn=turn)
         # Turns 0 and 1 are followed by later requests (which do not hold them: their state is
-        # "unmatched", settled), so their feedback judges them; turn 2 is the session's last and waits.
+        # "unmatched", settled), so their feedback judges them (turn 2 too, skipped: another temperature);
+        # turn 3 is the session's last and waits.
         line = learner.step()
         assert line is not None and line["step"] == 1 and line["learner/turns"] == 2
         assert line["training/rollout_actor_probs_pearson_corr"] > 0.999  # the recorded logprobs are the trainer's
         assert line["learner/advantage_mean"] == 0.0  # +1 and -1
         assert control.end_session(opened.row.id)
-        assert learner.step() is None  # turn 2 is judged now, and skipped for good: another temperature
+        assert learner.step() is None  # turn 3 is judged now, and skipped for good: a truncated draw
         marks = server.store.learned()
         assert marks == {(opened.row.id, 0): (1, "trained"), (opened.row.id, 1): (1, "trained"),
-                         (opened.row.id, 2): (1, "temperature")}  # fmt: skip
+                         (opened.row.id, 2): (0, "temperature"), (opened.row.id, 3): (1, "truncated")}  # fmt: skip
         assert all(sid != hidden.row.id for sid, _ in marks)
         assert (learner.dir / "checkpoints" / "step_000001").is_dir()
 
@@ -113,7 +118,7 @@ def test_judged_turns_train_a_step_the_engine_serves_it_and_a_resume_or_rollback
         (after,) = server.store.iter_turns(session_id=later.row.id)
         assert after.policy_version == 1 and after.tokens is not None and set(after.tokens.versions) == {1}
         assert learner.step() is None  # nothing new is scored
-        assert [v.turn for v in server.store.verdicts(session_id=opened.row.id)] == [0, 1, 2]
+        assert [v.turn for v in server.store.verdicts(session_id=opened.row.id)] == [0, 1, 2, 3]
     finally:
         control.close()
         learner.stop()
