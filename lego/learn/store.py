@@ -45,6 +45,7 @@ version 4 the top-p / top-k each turn was sampled under. A newer file than this 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -229,8 +230,12 @@ class SqliteStore:
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.path = str(Path(self.path).expanduser())
-            # Created private to this user; SQLite gives its -wal and -shm files the same mode.
-            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            # Created private to this user; SQLite gives its -wal and -shm files the same mode. Only when it
+            # does not exist: closing any descriptor of an open database drops every POSIX lock this process
+            # holds on it, so another connection here (the server's) would run unlocked -- SQLite's own
+            # warning; four sessions ending at once in one process broke the file ("disk I/O error").
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         db = self._db

@@ -225,3 +225,25 @@ def test_verdicts_sit_beside_their_turns_and_go_with_them(tmp_path: Path) -> Non
     store.delete_before(time.time() + 1)
     assert store.verdicts() == []
     store.close()
+
+
+def test_opening_the_store_again_in_this_process_keeps_the_locks_the_first_holds(tmp_path: Path) -> None:
+    """Closing any descriptor of an open SQLite file drops every POSIX lock this process holds on it. A
+    second store opened here (the control client beside the server, in one process) must not do that:
+    without the server's shared lock, the next reader in another process (`sqlite3 learn.db`) takes
+    itself for the last connection when it closes and deletes the WAL under the server's feet, whose
+    next write fails with "disk I/O error" (seen in `lego bench use`)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "learn.db"
+    first = SqliteStore(path)
+    first.register_session("s-1", private=False, label="")
+    second = SqliteStore(path)  # reopened in the same process
+    reader = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.execute('SELECT COUNT(*) FROM sessions'); db.close()"
+    subprocess.run([sys.executable, "-c", reader, str(path)], check=True, timeout=60)
+    assert Path(f"{path}-wal").exists()  # the reader knew it was not the last connection
+    first.register_session("s-2", private=False, label="")  # and the server's connection still writes
+    assert [r.id for r in second.sessions()] == ["s-1", "s-2"]
+    second.close()
+    first.close()
