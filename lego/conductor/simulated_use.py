@@ -23,7 +23,6 @@ are for `lego eval` afterwards (:mod:`lego.conductor.bench.use`).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -196,8 +195,7 @@ class UseDriver:
                     break
                 record.attempts += 1
         finally:
-            with contextlib.suppress(Exception):
-                sandbox.close()
+            sandbox.close()  # as lego.conductor.drive: a sandbox that cannot be closed is an error, not hidden
 
     def sessions(
         self,

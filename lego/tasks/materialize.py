@@ -26,7 +26,7 @@ from lego.paths import cache_dir
 from lego.tasks.diffs import patch_files
 from lego.tasks.testrun import copy_tree
 
-__all__ = ["GIT_IDENTITY", "cached_repo", "git_env", "head_commit", "materialize_repo"]
+__all__ = ["GIT_IDENTITY", "cached_repo", "git", "git_env", "head_commit", "materialize_repo"]
 
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "lego",
@@ -46,7 +46,9 @@ def git_env() -> dict[str, str]:
     return env
 
 
-def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
+def git(repo: Path, *args: str, stdin: str | None = None) -> str:
+    """``git ARGS`` in ``repo`` under the hermetic config (:func:`git_env`); its stdout, or a
+    :class:`TaskError` with git's message."""
     proc = subprocess.run(
         ["git", "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", *args],
         cwd=repo,
@@ -61,7 +63,7 @@ def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
 
 
 def head_commit(repo: Path) -> str:
-    return _git(repo, "rev-parse", "HEAD").strip()
+    return git(repo, "rev-parse", "HEAD").strip()
 
 
 def materialize_repo(source_dir: Path, patch: str, test_patch: str, dest: Path, *, every_file: bool = False) -> str:
@@ -75,20 +77,20 @@ def materialize_repo(source_dir: Path, patch: str, test_patch: str, dest: Path, 
         raise TaskError(f"library source {source_dir} does not exist; reinstall lego or rebuild the task suite")
     dest.mkdir(parents=True)
     copy_tree(source_dir, dest)
-    _git(dest, "init", "-q", "-b", "main")
+    git(dest, "init", "-q", "-b", "main")
     if patch.strip():
-        _git(dest, "apply", "-R", "--whitespace=nowarn", "-", stdin=patch)
+        git(dest, "apply", "-R", "--whitespace=nowarn", "-", stdin=patch)
     for hidden in patch_files(test_patch):
         (dest / hidden).unlink(missing_ok=True)
-    _git(dest, "add", "-A", *(["-f"] if every_file else []))
-    _git(dest, "commit", "-q", "--no-verify", "-m", COMMIT_MESSAGE)
+    git(dest, "add", "-A", *(["-f"] if every_file else []))
+    git(dest, "commit", "-q", "--no-verify", "-m", COMMIT_MESSAGE)
     for leftover in ("logs", "hooks", "description", "COMMIT_EDITMSG"):
         path = dest / ".git" / leftover
         if path.is_dir():
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-    _git(dest, "config", "core.logAllRefUpdates", "false")
+    git(dest, "config", "core.logAllRefUpdates", "false")
     return head_commit(dest)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lego.errors import TaskError
 from lego.paths import cache_dir
-from lego.tasks.materialize import _git, head_commit
+from lego.tasks.materialize import git, head_commit
 from lego.types import Task
 
 __all__ = ["VISIBLE_COMMIT_MESSAGE", "with_visible_tests"]
@@ -45,12 +45,12 @@ def with_visible_tests(task: Task, root: Path | None = None) -> Task:
         tmp = Path(tempfile.mkdtemp(prefix=f".{task.instance_id}-", dir=base))
         try:
             repo = tmp / "repo"
-            _git(base, "clone", "-q", "--no-hardlinks", str(task.repo_path), str(repo))
-            _git(repo, "checkout", "-q", "-B", "main", task.base_commit or "HEAD")
-            _git(repo, "apply", "--whitespace=nowarn", "-", stdin=task.test_patch)
-            _git(repo, "add", "-A")
-            _git(repo, "commit", "-q", "-m", VISIBLE_COMMIT_MESSAGE)
-            _git(repo, "remote", "remove", "origin")
+            git(base, "clone", "-q", "--no-hardlinks", str(task.repo_path), str(repo))
+            git(repo, "checkout", "-q", "-B", "main", task.base_commit or "HEAD")
+            git(repo, "apply", "--whitespace=nowarn", "-", stdin=task.test_patch)
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "-m", VISIBLE_COMMIT_MESSAGE)
+            git(repo, "remote", "remove", "origin")
             try:
                 os.rename(repo, dest)
             except OSError:
