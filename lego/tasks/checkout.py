@@ -7,6 +7,13 @@ already committed) the task would start from the wrong code. :func:`at_base_comm
 task a checkout of exactly ``base_commit``'s tree instead: one fresh commit, no history (so the fix
 cannot be dug out of it), built once under ``lego.paths.cache_dir()/tasks/checkouts`` and reused.
 Uncommitted changes in your clone never reach a task either way.
+
+:func:`own_environment` then gives the task what its record leaves implicit, as a developer's checkout
+has it: the repo's import roots found from its layout when the record names none (``src`` for a src/
+layout, as ``lego tasks make`` records them: otherwise its package is not importable at all, or the
+grader's interpreter imports an installed copy of it instead of the repo under test), and the
+environment the record names (``requirements``, ``python``) built, so its tests run with their own
+dependencies instead of lego's bare pytest runtime.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ from pathlib import Path
 
 from lego.errors import TaskError
 from lego.paths import cache_dir
+from lego.tasks.environments import build_environment
 from lego.tasks.materialize import git_env
-from lego.types import Task
+from lego.tasks.realrepo import inspect_layout
+from lego.types import Task, TaskEnvironment
 
-__all__ = ["at_base_commit"]
+__all__ = ["at_base_commit", "own_environment"]
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -76,3 +85,21 @@ def at_base_commit(task: Task) -> Task:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return task.model_copy(update={"repo_path": str(final)})
+
+
+def own_environment(task: Task) -> Task:
+    """A local repo's ``task`` with the import roots of its layout when its record names none, and the
+    environment its record names built (see module doc). An image task, or one whose environment is
+    built already, is left as it is; a flat layout without an environment keeps lego's own runtime."""
+    if not task.repo_path or task.image or task.dockerfile or not Path(task.repo_path).is_dir():
+        return task
+    env = task.environment
+    if env is not None and env.path:
+        return task
+    if env is None or "import_roots" not in env.model_fields_set:
+        roots = inspect_layout(Path(task.repo_path)).import_roots
+        if roots != ["."]:
+            env = (env or TaskEnvironment()).model_copy(update={"import_roots": roots})
+    if env is not None and (env.requirements or (env.python and not env.python.startswith("/"))):
+        env = build_environment(env)
+    return task if env is task.environment else task.model_copy(update={"environment": env})

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from lego.errors import ConfigError, TaskError
 from lego.seams import TaskSource
 from lego.tasks import builtin, starter
-from lego.tasks.checkout import at_base_commit
+from lego.tasks.checkout import at_base_commit, own_environment
 from lego.tasks.harbor import HarborSource, is_harbor_source
 from lego.tasks.materialize import cached_repo
 from lego.tasks.realsuite import RealSource, materialize_real
@@ -265,7 +265,7 @@ class JsonlSource:
             return _starter_repo(task)
         if not task.repo_path and task.metadata.get("family") == "real" and "recipe" in task.metadata:
             return materialize_real(task)  # what `lego tasks make --out DIR` writes: rebuilt from its sdist
-        return at_base_commit(task)
+        return own_environment(at_base_commit(task))
 
     def tasks(self, split: str | None = None) -> Iterator[Task]:
         yield from self.records(split)
