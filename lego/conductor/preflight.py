@@ -9,7 +9,8 @@ transformers), so a mistake is reported in about the time `lego --help` takes. W
   separately, installed (`lego harness install NAME`);
 - a model is a built-in name or a model directory (a ``config.json``), and not a training run's
   directory (whose checkpoints are under ``checkpoints/``);
-- a task source loads and its split holds tasks;
+- a task source loads and its split holds tasks (``tasks.source``; ``serve.learn_heldout`` with
+  ``lego serve --learn``, with its harness and sandbox: :func:`check_serve_learn`);
 - the sandbox backend can start here (bubblewrap for ``local``, a Docker engine for ``docker``);
 - under ``torchrun`` (``WORLD_SIZE > 1``), that torchrun started the ranks and that the run's
   settings suit a trainer sharded over them (:func:`check_ranks`).
@@ -32,6 +33,7 @@ __all__ = [
     "check_model",
     "check_ranks",
     "check_sandbox",
+    "check_serve_learn",
     "check_tasks",
     "check_train",
 ]
@@ -167,4 +169,15 @@ def check_train(cfg: LegoConfig) -> None:
         check_model(cfg.engine.model, "engine.model")
     source = cfg.tasks.source
     check_tasks(source if ":" in source and not source.endswith(":") else f"{source}:{cfg.tasks.split}", "tasks.source")
+    check_sandbox(cfg.sandbox.kind, cfg.sandbox.unsafe_no_isolation)
+
+
+def check_serve_learn(cfg: LegoConfig) -> None:
+    """What `lego serve --learn` is about to use besides the model: the held-out check's tasks
+    (``serve.learn_heldout``), its harness and its sandbox backend, when the check is configured."""
+    source = cfg.serve.learn_heldout
+    if source is None:
+        return
+    check_tasks(source, "serve.learn_heldout")
+    check_harness(cfg.eval.harnesses[0], "eval.harnesses")
     check_sandbox(cfg.sandbox.kind, cfg.sandbox.unsafe_no_isolation)

@@ -13,7 +13,16 @@ call, another temperature, too stale, rolled back); once ``serve.learn_batch`` a
 freshest of them make one step -- when one of them holds tokens the served weights sampled (the
 fidelity gate measures those: no step goes unchecked; older ones wait, until too stale). Each turn is one segment: the engine prompt as context, its sampled
 ids with their recorded logprobs and per-token policy versions (mask 1 throughout: a served turn
-is all policy), its advantage the judge's score (``serve.learn_signal = "reward"``).
+is all policy), its advantage the judge's score minus the baseline (``serve.learn_signal = "reward"``).
+
+**The baseline** (``serve.learn_baseline``, :class:`lego.learn.baseline.Baseline`): ``batch`` centres
+each step's scores on their mean, ``running`` subtracts a moving average of past steps' mean scores
+(updated after each step), ``none`` leaves the score as it is. Without one, a policy that mostly
+fails gets only negative advantages, which push down every sampled token, the tool-call format
+included (the first `lego bench use`: held-out 15.7% → 0/131 in 9 steps). The running baseline's
+state is saved in each checkpoint (``extra["baseline"]``), so a resume or ``--rollback N`` gets step
+N's exactly. Distillation's per-token advantages (``opd``) take no baseline; ``both`` centres the
+score part only.
 
 **Hindsight on-policy distillation** (``"opd"``, ``"both"``): the next state's directive part
 (:func:`lego.learn.judge.hindsight_hint`: the person's correction, the failing tests, the raised
@@ -21,7 +30,7 @@ exception) is appended to the turn's conversation as a note (:data:`HINT_TEMPLAT
 the chat template: the teacher's context, the same policy. The *recorded* ids are scored under
 it and under their own prompt, by the trainer's current weights (no re-tokenisation: the same ids
 in both), and each token's advantage is log π_teacher − log π_student (times
-``serve.learn_opd_weight``; ``both`` adds the judge's score). The loss takes per-token advantages
+``serve.learn_opd_weight``; ``both`` adds the judge's score, centred as above). The loss takes per-token advantages
 (:class:`~lego.algos.losses.LossInputs` ``token_advantages``). The trainer is ``lego train``'s: its fidelity
 gate (rollout-train probability correlation) checks the recorded logprobs before any weight moves,
 and the decoupled off-policy objective corrects tokens sampled by older weights, exactly as for
@@ -39,23 +48,31 @@ learner killed at any moment neither loses a turn nor trains one twice. ``--roll
 step N (0: the starting weights), moves the later checkpoints aside (``learner/rolled_back/``),
 forgets their marks, and the turns their weights sampled are never trained (``rolled_back``).
 
+**The held-out check** (``serve.learn_heldout``, :mod:`lego.conductor.serve_heldout`): before the
+first step the weights served are scored on held-out tasks (hidden tests) once, and the newest
+every ``serve.learn_heldout_every`` steps; when the newest falls more than
+``serve.learn_heldout_tolerance`` below the start's, the learner rolls back to the best step
+measured (as ``--rollback`` does: later checkpoints set aside, what their weights sampled never
+trained) and stops with the reason (:class:`~lego.conductor.serve_heldout.HeldoutDrop`).
+
 **Failure.** An error in a pass (the fidelity gate, a judge that does not answer, any other) stops
 the learner and says why (:attr:`ServeLearner.error`); serving goes on with the weights it has.
-Left out: a held-out check that stops the learner when it drops (``lego eval`` on a checkpoint
-does it by hand).
 """
 
 from __future__ import annotations
 
+import gc
 import shutil
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from lego.conductor.serve_heldout import HeldoutCheck, HeldoutDrop
 from lego.config import LegoConfig, ProxyConfig
 from lego.errors import ChatFormatError, ConfigError, LegoError
 from lego.io import append_jsonl, atomic_write_text
+from lego.learn.baseline import Baseline
 from lego.learn.batches import LearnableTurn, pick_turns
 from lego.learn.judge import Judge, ModelJudge, RuleJudge, judge_store
 from lego.learn.redact import Redactor
@@ -75,8 +92,9 @@ HINT_TEMPLATE = "[Hindsight: what happened after your reply]\n{hint}\nReply agai
 """The note that turns a turn's context into the teacher's (hindsight on-policy distillation)."""
 
 
-def turn_item(turn: LearnableTurn) -> TrainItem:
-    """One served turn as the trainer's item: prompt as context, every sampled token trained (mask 1)."""
+def turn_item(turn: LearnableTurn, advantage: float | None = None) -> TrainItem:
+    """One served turn as the trainer's item: prompt as context, every sampled token trained (mask 1),
+    with ``advantage`` (default: the turn's score, no baseline)."""
     n = len(turn.output_ids)
     segment = Segment(
         prompt_ids=turn.prompt_ids,
@@ -86,7 +104,10 @@ def turn_item(turn: LearnableTurn) -> TrainItem:
         response_versions=list(turn.versions),
     )
     return TrainItem(
-        segment=segment, advantage=turn.advantage, episode_id=f"{turn.session_id}:{turn.turn}", harness="serve"
+        segment=segment,
+        advantage=turn.score if advantage is None else advantage,
+        episode_id=f"{turn.session_id}:{turn.turn}",
+        harness="serve",
     )
 
 
@@ -105,6 +126,8 @@ class ServeLearner:
         on_step: Callable[[dict[str, Any]], None] | None = None,
         judge_server: ProxyServer | None = None,
         chat_format: ChatFormat | None = None,
+        heldout: HeldoutCheck | None = None,
+        new_trainer: Callable[[], Trainer] | None = None,
     ) -> None:
         if cfg.serve.learn_signal != "reward" and chat_format is None:
             raise ConfigError(
@@ -122,7 +145,15 @@ class ServeLearner:
         self.version = 0
         """The learner step whose weights the engine serves."""
         self.error: str | None = None
-        """Why the learner stopped, if a pass failed (serving goes on)."""
+        """Why the learner stopped, if a pass failed or the held-out check fell (serving goes on)."""
+        sc = cfg.serve
+        self.baseline = Baseline(
+            sc.learn_baseline, sc.learn_baseline_rate, sc.learn_baseline_std, cfg.algorithm.adv_eps
+        )
+        """What each turn's score is centred on (``serve.learn_baseline``); its state is in every checkpoint."""
+        self.heldout = heldout
+        """The held-out check (``serve.learn_heldout``), or None."""
+        self._new_trainer = new_trainer or (lambda: Trainer.from_config(cfg))
         self._judge_server = judge_server
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -137,9 +168,12 @@ class ServeLearner:
         on_step: Callable[[dict[str, Any]], None] | None = None,
     ) -> ServeLearner:
         """The trainer for ``engine.model``, the weight delivery for ``engine``, the judge ``serve.judge``
-        (the model judge without ``serve.judge_url`` is the served policy itself, on a loopback port)."""
+        (the model judge without ``serve.judge_url`` is the served policy itself, on a loopback port), the
+        held-out check ``serve.learn_heldout`` (scoring the weights ``engine`` serves)."""
         sc = cfg.serve
         weights = build_weight_sync(cfg.engine, engine)
+        # First: its settings may be refused (the start's score kept with others), before a judge is served.
+        heldout = HeldoutCheck.from_config(cfg, server.dir / "learner", engine, chat_format)
         judge: Judge = RuleJudge()
         judge_server = None
         if sc.judge == "model":
@@ -160,13 +194,15 @@ class ServeLearner:
             on_step=on_step,
             judge_server=judge_server,
             chat_format=chat_format,
+            heldout=heldout,
         )
 
     # ---- start, resume, rollback ----------------------------------------------------------------
 
     def resume(self, rollback: int | None = None) -> int:
         """Serve the newest checkpoint's weights (``rollback``: step ``rollback``'s, 0 the starting
-        ones), forget the marks of later steps, set the recorder's version base; returns the step."""
+        ones), with the baseline and held-out scores of that step, forget the marks of later steps, set the
+        recorder's version base; returns the step."""
         ckpts = self.dir / "checkpoints"
         if rollback is None:
             path = load_latest(self.dir)
@@ -180,10 +216,12 @@ class ServeLearner:
                 )
             self._set_aside_after(rollback)
             self._mark_rolled_back(rollback)
-        if path is not None:
-            restore_checkpoint(self.trainer, path)
+        extra = restore_checkpoint(self.trainer, path) if path is not None else {}
+        self.baseline.load_state_dict(extra.get("baseline"))  # none saved (the start): a fresh baseline
         step = self.trainer.step_count
         self.server.store.unlearn_after(step)
+        if self.heldout is not None:
+            self.heldout.resume(step)
         # A rollback to the starting weights pushes them too: the engine may serve a later step's.
         pushed = path is not None or rollback is not None
         local = self.weights.push(self.trainer) if pushed else int(self.engine.policy_version)
@@ -223,20 +261,23 @@ class ServeLearner:
         self._thread.start()
 
     def stop(self, timeout: float = 120.0) -> None:
-        """Stop after the pass in progress (a step in flight finishes and is saved), then release the judge."""
+        """Stop after the pass in progress (a step in flight finishes and is saved), then release the judge
+        and the held-out check's proxy."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
         if self._judge_server is not None:
             self._judge_server.stop()
             self._judge_server = None
+        if self.heldout is not None and (self._thread is None or not self._thread.is_alive()):
+            self.heldout.close()  # not under a check still running: its samples would be recorded as failures
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 while not self._stop.is_set() and self.step() is not None:
                     pass  # a backlog trains step after step
-            except Exception as exc:  # a lego error (the gate, the judge) or a bug: the learner stops, serving goes on
+            except Exception as exc:  # gate, judge, held-out check, a bug: the learner stops, serving goes on
                 self.error = f"{type(exc).__name__}: {exc}"
                 append_jsonl(self.dir / "metrics.jsonl", {"learner/stopped": self.error, "time": time.time()})
                 if self.on_step is not None:
@@ -282,7 +323,7 @@ class ServeLearner:
             for k, i in enumerate(hinted):
                 gap = [t - s for t, s in zip(teacher_lp[k], student_lp[k], strict=True)]
                 gaps += gap
-                base = batch[i].advantage if signal == "both" else 0.0
+                base = items[i].advantage if signal == "both" else 0.0  # the centred score
                 items[i] = items[i].model_copy(update={"token_advantages": [base + weight * g for g in gap]})
         return items, {
             "learner/opd_turns": float(len(hinted)),
@@ -294,7 +335,10 @@ class ServeLearner:
     # ---- one pass ------------------------------------------------------------------------------
 
     def step(self) -> dict[str, Any] | None:
-        """Judge, pick, and train one step if a batch is ready; its metrics, or None (nothing to train yet)."""
+        """Judge, pick, and train one step if a batch is ready; its metrics, or None (nothing to train yet).
+        A held-out measurement due (the start's, or the newest weights') comes first and after; a drop
+        rolls back and raises :class:`~lego.conductor.serve_heldout.HeldoutDrop`."""
+        self._check_heldout()
         store = self.server.store
         judge_store(store, self.judge, redactor=Redactor(self.cfg.serve.redact_literals))
         signal = self.cfg.serve.learn_signal
@@ -317,13 +361,20 @@ class ServeLearner:
             return None
         batch = fresh[:size]
         t0 = time.monotonic()
-        items = [turn_item(t) for t in batch]
+        scores = [t.score for t in batch]
+        # Distillation alone has no scalar part to centre: its per-token advantages are the teacher's gap.
+        advantages, baseline = self.baseline.advantages(scores) if signal != "opd" else (scores, 0.0)
+        items = [turn_item(t, a) for t, a in zip(batch, advantages, strict=True)]
         distilled: dict[str, float] = {}
         if signal != "reward":
             items, distilled = self._distil(batch, items)
         metrics = self.trainer.train_step(items, policy_version=self.version)
         step = self.trainer.step_count
-        store.mark_learned([(t.session_id, t.turn, step, "trained", t.advantage) for t in batch])
+        if signal != "opd":
+            self.baseline.update(scores)  # after the step, before its checkpoint: which holds it
+        store.mark_learned(
+            [(t.session_id, t.turn, step, "trained", i.advantage) for t, i in zip(batch, items, strict=True)]
+        )
         local = self.weights.push(self.trainer)
         if step - local != self.server.recorder.version_base:
             raise LegoError(
@@ -335,12 +386,15 @@ class ServeLearner:
         # A LoRA checkpoint also holds the merged weights, so `lego eval` takes it as a model (as lego train's).
         merged = self.cfg.training.finetune == "lora"
         keep = self.cfg.serve.learn_keep_checkpoints
-        save_checkpoint(self.trainer, self.dir, extra={"serve_version": step}, export_merged=merged, keep_last=keep)
+        extra = {"serve_version": step, "baseline": self.baseline.state_dict()}
+        save_checkpoint(self.trainer, self.dir, extra=extra, export_merged=merged, keep_last=keep)
         line = {
             "step": step,
             "time": time.time(),
             "learner/turns": len(batch),
-            "learner/advantage_mean": sum(t.advantage for t in batch) / len(batch),
+            "learner/score_mean": sum(scores) / len(scores),
+            "learner/baseline": baseline,
+            "learner/advantage_mean": sum(i.advantage for i in items) / len(items),
             "learner/backlog": len(picked.ready) - len(batch),
             "learner/skipped": len(picked.skipped),
             "learner/step_s": time.monotonic() - t0,
@@ -350,4 +404,52 @@ class ServeLearner:
         append_jsonl(self.dir / "metrics.jsonl", line)
         if self.on_step is not None:
             self.on_step(line)
+        self._check_heldout()
         return line
+
+    # ---- the held-out check --------------------------------------------------------------------
+
+    def _check_heldout(self) -> None:
+        """Measure what is due (:meth:`HeldoutCheck.pending`); on a drop, roll back to the best step
+        measured and raise :class:`HeldoutDrop` (the learner stops; serving goes on)."""
+        check = self.heldout
+        if check is None or not check.pending(self.version):
+            return
+        t0 = time.monotonic()
+        step = self.version
+        pass1 = check.measure(step)
+        assert check.reference is not None
+        ref_step, ref = check.reference
+        line: dict[str, Any] = {
+            "heldout/step": step,
+            "heldout/pass1": pass1,
+            "heldout/reference": ref,
+            "heldout/reference_step": ref_step,
+            "heldout/s": time.monotonic() - t0,
+            "time": time.time(),
+        }
+        append_jsonl(self.dir / "metrics.jsonl", line)
+        if self.on_step is not None:
+            self.on_step(line)
+        if not check.dropped(step):
+            return
+        ckpts = self.dir / "checkpoints"
+        best, best_score = check.best(lambda s: s == 0 or (ckpts / f"step_{s:06d}" / "trainer_state.json").is_file())
+        self.roll_back(best)
+        measured = "unmeasured" if best_score is None else f"{best_score:.3f}"
+        raise HeldoutDrop(
+            f"held-out pass@1 {pass1:.3f} at step {step} is more than {check.tolerance:g} below the start's "
+            f"{ref:.3f} (step {ref_step}): rolled back to step {best} ({measured}); restart `lego serve --learn` "
+            "to learn again from there"
+        )
+
+    def roll_back(self, step: int) -> None:
+        """``--rollback step`` while serving: that step's weights (0: the starting ones) into the trainer and
+        the engine, with its baseline and held-out scores; later checkpoints set aside, their turns never
+        trained. The learner thread's own (between passes), or before :meth:`start`."""
+        if step == 0:  # the trainer holds trained weights: a fresh one holds the starting ones
+            del self.trainer
+            gc.collect()
+            self.trainer = self._new_trainer()
+        self.resume(rollback=step)
+        self._mark_rolled_back(step)  # again: turns recorded while the weights were being swapped

@@ -38,6 +38,8 @@ class ServedPolicy:
     model_path: Path | None
     meter: MeteredEngine | None = None
     """The proxy's view of ``engine``: how long it had generations in flight (``perf/engine_busy``)."""
+    owns_engine: bool = True
+    """:meth:`close` closes the engine too (not when someone else serves it: :meth:`around`)."""
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @classmethod
@@ -57,6 +59,16 @@ class ServedPolicy:
         proxy.start()
         return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, meter=meter, _tmp=tmp)
 
+    @classmethod
+    def around(cls, engine: Engine, chat: ChatFormat, proxy_cfg: ProxyConfig, name: str = "policy") -> ServedPolicy:
+        """A recording proxy of its own in front of an engine that is served and closed elsewhere (`lego
+        serve --learn`'s held-out check samples the weights it serves): :meth:`close` stops the proxy only."""
+        tmp = tempfile.TemporaryDirectory(prefix="lego-proxy-")
+        cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock"), "strict_sessions": True})
+        proxy = ProxyServer(engine, chat, cfg)
+        proxy.start()
+        return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=None, owns_engine=False, _tmp=tmp)
+
     @property
     def model_uds(self) -> Path:
         """The model face's socket: the only proxy socket a sandbox is given."""
@@ -64,6 +76,7 @@ class ServedPolicy:
 
     def close(self) -> None:
         self.proxy.stop()
-        asyncio.run(self.engine.close())
+        if self.owns_engine:
+            asyncio.run(self.engine.close())
         if self._tmp is not None:
             self._tmp.cleanup()

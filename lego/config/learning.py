@@ -70,10 +70,37 @@ class ServeConfig(Section):
     learn: bool = Field(
         False,
         description="Train while serving: each pass judges what settled (serve.judge), trains one step on "
-        "serve.learn_batch scored turns (the judge's score as each turn's advantage) and swaps the new weights in "
-        "between requests; checkpoints in <serve dir>/learner (lego.conductor.serve_learner).",
+        "serve.learn_batch scored turns (each turn's advantage its judge's score minus serve.learn_baseline) and "
+        "swaps the new weights in between requests; checkpoints in <serve dir>/learner "
+        "(lego.conductor.serve_learner).",
     )
     learn_batch: int = Field(8, ge=1, description="Scored turns per learner step.")
+    learn_baseline: Literal["batch", "running", "none"] = Field(
+        "batch",
+        description="What each turn's score is centred on before it is its advantage (the scalar part of "
+        "serve.learn_signal=reward|both; opd's per-token advantages are untouched). `batch`: the mean score of "
+        "the step's own turns, so every step's advantages sum to zero and no step pushes every sampled token "
+        "down -- what collapsed the policy without a baseline (mostly failing sessions, only negative "
+        "advantages); a step whose scores all agree trains nothing. `running`: an exponential moving average of "
+        "past steps' mean scores (serve.learn_baseline_rate; the first step uses its own mean), kept in the "
+        "learner checkpoint; it lags, so after a sudden drop in scores a step can still be all negative. `none`: "
+        "the raw score (no baseline). Default `batch`: it cannot repeat the measured collapse, needs no state, "
+        "and has no lag.",
+    )
+    learn_baseline_rate: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="serve.learn_baseline=running: the newest step's weight in the moving average "
+        "(b <- b + rate x (step mean - b)); 1 is the previous step's mean alone.",
+    )
+    learn_baseline_std: bool = Field(
+        False,
+        description="serve.learn_baseline=batch: also divide the centred scores by their sample standard deviation "
+        "(GRPO's normalisation). Off by default: with a batch of a few turns the standard deviation is itself "
+        "noisy, and when the scores nearly agree it is tiny, so a small difference (one -0.4 among -0.5s) becomes "
+        "a full-size update; the judge's scores already share one scale, [-1, 1].",
+    )
     learn_signal: Literal["reward", "opd", "both"] = Field(
         "reward",
         description="What a turn trains with: `reward`, the judge's score as the advantage of every token; `opd`, "
@@ -95,6 +122,44 @@ class ServeConfig(Section):
         description="A turn sampled more than this many learner steps before the current weights is not trained "
         "(the decoupled off-policy correction of [algorithm] covers the lag up to it).",
     )
+    learn_heldout: str | None = Field(
+        None,
+        description="A held-out check that stops the learner: a task source with hidden tests as SOURCE[:split] "
+        "(e.g. boundary:heldout). Its first serve.learn_heldout_limit tasks are scored through lego's eval path "
+        "(eval.harnesses[0], eval.samples per task at eval.temperature, seeds from eval.seed) on the weights served "
+        "when the learner starts -- once: the score is kept in <serve dir>/learner/heldout.json -- and on the newest "
+        "weights every serve.learn_heldout_every steps. When the newest is more than serve.learn_heldout_tolerance "
+        "below the start's, the learner rolls back to the best step measured (as --rollback does) and stops; "
+        "serving goes on. None: no check.",
+    )
+    learn_heldout_every: int = Field(
+        10, ge=1, description="serve.learn_heldout: the newest weights are scored after every N learner steps."
+    )
+    learn_heldout_limit: int | None = Field(
+        30, ge=1, description="serve.learn_heldout: the first N tasks of the source are scored (None: all)."
+    )
+    learn_heldout_tolerance: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="serve.learn_heldout: how far (absolute pass@1) the newest score may fall below the start's "
+        "before the learner rolls back and stops. Mind the noise: with 30 tasks x 2 samples at 15% pass@1 a "
+        "difference of two scores has a standard error near 0.06 (the same tasks and seeds make it somewhat less).",
+    )
+
+    @model_validator(mode="after")
+    def _baseline_has_signal(self) -> ServeConfig:
+        if self.learn_baseline_std and self.learn_baseline != "batch":
+            raise ValueError(
+                f"serve.learn_baseline_std=true divides by the batch's spread, but serve.learn_baseline="
+                f"{self.learn_baseline!r}: set serve.learn_baseline=batch or serve.learn_baseline_std=false"
+            )
+        if self.learn_baseline == "batch" and self.learn_batch == 1 and self.learn_signal != "opd":
+            raise ValueError(
+                "serve.learn_baseline=batch with serve.learn_batch=1 centres each turn on itself: every advantage "
+                "would be 0; give serve.learn_batch >= 2 or serve.learn_baseline=running"
+            )
+        return self
 
     @model_validator(mode="after")
     def _judge_stays_here(self) -> ServeConfig:

@@ -1,13 +1,14 @@
-"""Which recorded turns a learner may train on, and with what advantage (the learn room's half of the learner).
+"""Which recorded turns a learner may train on, and with what score (the learn room's half of the learner).
 
     picked = pick_turns(store, judge="rules", temperature=1.0, version=3, max_staleness=4)
-    picked.ready          # LearnableTurn: the tokens exactly as sampled, the version of each, the advantage
+    picked.ready          # LearnableTurn: the tokens exactly as sampled, the version of each, the score
     picked.skipped        # (session_id, turn, outcome): turns that can never be trained, and why
 
 A turn is **learnable** when the judge ``judge`` scored it (its newest verdict of that judge has a
-score) and the learner has not dealt with it yet (the store's ``learned`` marks). Its advantage
-is that score, in [-1, 1] (the scalar signal: a turn the next state calls good is reinforced, a
-bad one pushed down; OpenClaw-RL's binary reward is the ±1 case).
+score) and the learner has not dealt with it yet (the store's ``learned`` marks). It carries that
+score, in [-1, 1] (OpenClaw-RL's binary reward is the ±1 case); the learner makes it an advantage by
+subtracting its baseline (:mod:`lego.learn.baseline`), so a turn better than usual is reinforced and
+a worse one pushed down.
 
 A learnable turn is **skipped for good**, with the reason kept in the store, when training on it
 would not be what it claims:
@@ -44,7 +45,7 @@ __all__ = ["LearnableTurn", "Picked", "pick_turns"]
 @dataclass(frozen=True)
 class LearnableTurn:
     """One recorded turn as a learner trains on it: the engine prompt, the sampled ids with their
-    logprobs and the policy version of each, and its advantage (the judge's score)."""
+    logprobs and the policy version of each, and the judge's score (before the learner's baseline)."""
 
     session_id: str
     turn: int
@@ -54,7 +55,7 @@ class LearnableTurn:
     output_ids: list[int]
     logprobs: list[float]
     versions: list[int]
-    advantage: float
+    score: float
     judge: str
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
@@ -137,7 +138,7 @@ def pick_turns(
                 output_ids=list(tokens.output_ids),
                 logprobs=list(tokens.logprobs),
                 versions=versions,
-                advantage=float(score),
+                score=float(score),
                 judge=judge,
                 messages=t.messages if hints else [],
                 tools=t.tools if hints else [],

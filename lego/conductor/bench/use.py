@@ -72,6 +72,7 @@ def run_use_bench(
 
     from lego.conductor.bench.learn import compare_to_start, report_head, sweep_start
     from lego.conductor.bench.learn_plot import plot_learn
+    from lego.conductor.preflight import check_serve_learn
     from lego.config import load_config
     from lego.tasks.sources import load_tasks
 
@@ -88,6 +89,7 @@ def run_use_bench(
             f"training.seed={seed}",
         ],
     )
+    check_serve_learn(cfg)  # a held-out check of the learner (serve.learn_heldout): before any compute
     held_out = load_tasks(cfg.tasks.split_spec(cfg.tasks.eval_split), cfg.tasks.where, limit)
     train_tasks = load_tasks(cfg.tasks.split_spec(cfg.tasks.split), cfg.tasks.where, cfg.tasks.limit)
     report = report_head(cfg, minutes, len(held_out), seed, eval_seed)
@@ -147,9 +149,15 @@ def _simulated_use(
         if "learner/stopped" in line:
             console.print(f"      learner stopped: {line['learner/stopped']}")
             return
+        if "heldout/pass1" in line:
+            console.print(
+                f"      held-out check at step {line['heldout/step']}: pass@1 {line['heldout/pass1']:.3f} "
+                f"(start {line['heldout/reference']:.3f})"
+            )
+            return
         console.print(
-            f"      learner step {line['step']}: {line['learner/turns']} turns, advantage "
-            f"{line['learner/advantage_mean']:+.2f}, pearson "
+            f"      learner step {line['step']}: {line['learner/turns']} turns, score "
+            f"{line['learner/score_mean']:+.2f} - baseline {line['learner/baseline']:+.2f}, pearson "
             f"{line.get('training/rollout_actor_probs_pearson_corr', float('nan')):.4f}, {line['learner/step_s']:.0f}s"
         )
 
@@ -174,14 +182,14 @@ def _simulated_use(
         learner.stop()
         server.stop()
     use_s = time.monotonic() - t_use
-    steps = read_jsonl(learner.dir / "metrics.jsonl") if (learner.dir / "metrics.jsonl").is_file() else []
-    steps = [s for s in steps if "step" in s]
+    lines = read_jsonl(learner.dir / "metrics.jsonl") if (learner.dir / "metrics.jsonl").is_file() else []
+    steps = [s for s in lines if "step" in s]
+    checks = [{"step": c["heldout/step"], "pass1": c["heldout/pass1"]} for c in lines if "heldout/pass1" in c]
     store = SqliteStore(server.dir / "learn.db")  # the server closed its own
     verdicts: dict[str, int] = {}
-    for v in store.verdicts(judge=learner.judge.name):
-        verdicts[v.status] = verdicts.get(v.status, 0) + 1
     rules: dict[str, int] = {}
     for v in store.verdicts(judge=learner.judge.name):
+        verdicts[v.status] = verdicts.get(v.status, 0) + 1
         for r in v.rules:
             rules[r] = rules.get(r, 0) + 1
     marks: dict[str, int] = {}
@@ -202,13 +210,15 @@ def _simulated_use(
         "rules": rules,
         "learned": marks,
         "learner_error": learner.error,
+        "heldout_checks": checks,
         "steps": len(steps),
         "checkpoint": str(latest) if latest is not None else None,
         "pearson_min": min((p for p in pearsons if p is not None), default=None),
         "per_step": [
             {
                 "step": s["step"],
-                "reward": s.get("learner/advantage_mean"),
+                "reward": s.get("learner/score_mean"),
+                "baseline": s.get("learner/baseline"),
                 "pearson": s.get("training/rollout_actor_probs_pearson_corr"),
                 "turns": s.get("learner/turns"),
                 "wall_s": s.get("learner/step_s"),

@@ -112,6 +112,14 @@ def serve_group(
     cfg = _config(config, overrides, flags)
     if rollback is not None and not cfg.serve.learn:
         raise click.UsageError("--rollback N rolls the learner back: give --learn (serve.learn=true) with it")
+    if cfg.serve.learn:
+        from lego.conductor.preflight import check_serve_learn
+        from lego.errors import ConfigError
+
+        try:
+            check_serve_learn(cfg)  # before the model loads
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from exc
     from lego.engines import build_engine
     from lego.learn.server import LearnServer
     from lego.models.chat import ChatFormat
@@ -160,11 +168,17 @@ def _start_learning(cfg: LegoConfig, server: Any, engine: Any, chat_format: Any,
         if "learner/stopped" in line:
             click.secho(f"learner stopped: {line['learner/stopped']} (serving goes on)", fg="red", err=True)
             return
+        if "heldout/pass1" in line:
+            click.echo(
+                f"held-out check at step {line['heldout/step']} | pass@1 {line['heldout/pass1']:.3f} | start "
+                f"{line['heldout/reference']:.3f} (step {line['heldout/reference_step']}) | {line['heldout/s']:.0f}s"
+            )
+            return
         opd = f" | distilled {line['learner/opd_turns']:.0f}" if "learner/opd_turns" in line else ""
         pearson = line.get("training/rollout_actor_probs_pearson_corr", float("nan"))
         click.echo(
-            f"learner step {line['step']} | {line['learner/turns']} turns | advantage "
-            f"{line['learner/advantage_mean']:+.2f}{opd} | pearson {pearson:.5f} | "
+            f"learner step {line['step']} | {line['learner/turns']} turns | score {line['learner/score_mean']:+.2f} "
+            f"- baseline {line['learner/baseline']:+.2f}{opd} | pearson {pearson:.5f} | "
             f"backlog {line['learner/backlog']} | {line['learner/step_s']:.1f}s"
         )
 
@@ -177,7 +191,13 @@ def _start_learning(cfg: LegoConfig, server: Any, engine: Any, chat_format: Any,
     learner.start()
     where = "the starting weights" if step == 0 else f"learner step {step}"
     click.echo(
-        f"learning: serving {where}; a step every {cfg.serve.learn_batch} judged turns ({cfg.serve.judge} judge)"
+        f"learning: serving {where}; a step every {cfg.serve.learn_batch} judged turns ({cfg.serve.judge} judge, "
+        f"{cfg.serve.learn_baseline} baseline)"
+        + (
+            f"; held-out check on {cfg.serve.learn_heldout} every {cfg.serve.learn_heldout_every} steps"
+            if cfg.serve.learn_heldout
+            else ""
+        )
     )
     return _LearningServer(server, learner)
 
