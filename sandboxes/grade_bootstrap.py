@@ -2,18 +2,21 @@
 
 Not imported by lego: the supervisor runs it as ``python -I -B -c <this file> FD CONFIG [pytest
 args...]`` with the task's own interpreter, which may be as old as Python 3.6 (SWE-bench images), so
-this file uses nothing newer. ``CONFIG`` is JSON: ``repo``, ``roots`` (repo-relative import roots)
-and ``ids`` (the expected test ids). What it does, in order:
+this file uses nothing newer. ``CONFIG`` is JSON: ``repo``, ``roots`` (repo-relative import roots),
+``ids`` (the expected test ids) and ``prelude`` (the text of :mod:`lego.sandboxes.suite_profile`).
+What it does, in order:
 
 1. puts the repo's import roots FIRST on ``sys.path`` (``-I`` dropped the working directory and every
    ``PYTHON*`` variable), so the repo under test is the code under test even when the environment
    also has an installed copy of the project (pluggy, packaging, pytest itself) — as on a
-   developer's machine with an editable install;
+   developer's machine with an editable install; then runs ``prelude`` (Hypothesis' settings for
+   a grader: the same examples every run, no deadline), before pytest reads any conftest;
 2. installs the builtin ``__lego_w__(key, value)``: the rewritten hidden tests call it at every
    assertion the grader witnesses (:mod:`lego.sandboxes.perturb`); it records the value it is given
    (as a plain builtin value when it is one, or converted from a subclass of one) and returns it
    unchanged;
-3. runs pytest with a reporter plugin that keeps only the expected tests (matched exactly, or as
+3. runs pytest, in this one process (a project's pytest-xdist options are switched off), with a
+   reporter plugin that keeps only the expected tests (matched exactly, or as
    swebench's log parser spells an id with a space: cut at the first space; with every other instance
    of their functions, so a renamed table row still runs), and writes one JSON
    record per event on the record pipe ``FD``: ``hello``, ``collected``, ``collect_error``,
@@ -48,6 +51,8 @@ _roots = [os.path.normpath(os.path.join(_REPO, r)) for r in _CONFIG.get("roots")
 sys.path[:] = _roots + [p for p in sys.path if p and os.path.realpath(p) not in _roots]
 for _var in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
     os.environ.pop(_var, None)
+if _CONFIG.get("prelude"):  # lego.sandboxes.suite_profile: Hypothesis' settings for a grader, before any conftest
+    exec(compile(_CONFIG["prelude"], "<lego_suite_profile>", "exec"), {"__name__": "lego_suite_profile"})
 
 _LIMIT = 65536
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
@@ -143,6 +148,18 @@ def _crash_message(report):
 
 
 class _Reporter(object):
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config):
+        # The graded tests run in THIS process, the one holding __lego_w__ and the record pipe: a
+        # project's own `-n auto` / `--dist` (pytest-xdist, from its addopts) would hand them to worker
+        # processes that hold neither (every witnessed assertion a NameError, no collection reported).
+        # Before xdist's own pytest_configure, which starts the workers from these options.
+        option = config.option
+        if getattr(option, "numprocesses", None) or getattr(option, "tx", None):
+            option.numprocesses = 0
+            option.dist = "no"
+            option.tx = []
+
     def pytest_collection_modifyitems(self, session, config, items):
         _emit({"k": "all", "ids": [item.nodeid for item in items]})  # before selection: rows by position
         keep, drop = [], []

@@ -121,7 +121,12 @@ def _test_files(task: Task, sb: Sandbox, tracked: dict[str, str], names: list[st
 
 def _argv(task: Task, sb: Sandbox, names: list[str], python: str, extra: list[str]) -> list[str]:
     env = task.environment
-    config = {"repo": sb.repo_dir, "roots": env.import_roots if env else ["."], "ids": names}
+    config = {
+        "repo": sb.repo_dir,
+        "roots": env.import_roots if env else ["."],
+        "ids": names,
+        "prelude": (_HERE / "suite_profile.py").read_text(),
+    }
     files = list(dict.fromkeys(test_function(n)[0] for n in names))
     plugins = [arg for p in (env.plugins if env else []) for arg in ("-p", p)]
     bootstrap = (_HERE / "grade_bootstrap.py").read_text()

@@ -54,6 +54,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incr
 
 from lego.errors import TaskError
 from lego.paths import cache_dir
+from lego.sandboxes import suite_profile
 from lego.tasks.testrun import SuiteResult, run_pytest
 from lego.tasks.venvs import (
     find_interpreter,
@@ -270,11 +271,28 @@ def resolve_environment_build(
 
 def suite_invocation(env: TaskEnvironment, repo: Path) -> tuple[list[str], dict[str, str]]:
     """pytest arguments and environment variables that run ``repo``'s suite in ``env`` the way the
-    grader does: the import roots first on ``sys.path``, plugin autoload off, each declared plugin
-    loaded with ``-p``."""
-    args = [arg for plugin in env.plugins for arg in ("-p", plugin)]
-    roots = os.pathsep.join(str((repo / root).resolve()) for root in env.import_roots)
-    return args, {"PYTHONPATH": roots, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONNOUSERSITE": "1"}
+    grader does: the import roots first on ``sys.path``, plugin autoload off, the grader's Hypothesis
+    settings (:mod:`lego.sandboxes.suite_profile`, as the plugin ``lego_suite_profile``, loaded before
+    any conftest), each declared plugin loaded with ``-p``."""
+    args = ["-p", "lego_suite_profile", *(arg for plugin in env.plugins for arg in ("-p", plugin))]
+    paths = [*(str((repo / root).resolve()) for root in env.import_roots), str(_suite_plugins())]
+    return args, {"PYTHONPATH": os.pathsep.join(paths), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONNOUSERSITE": "1"}
+
+
+@functools.cache
+def _suite_plugins() -> Path:
+    """A folder holding only ``lego_suite_profile.py`` (the text of :mod:`lego.sandboxes.suite_profile`),
+    content-addressed under ``cache_dir()/plugins``: last on a suite run's ``PYTHONPATH``, after the
+    repo's own roots, so it shadows nothing of the project. Written to a temporary name and renamed."""
+    text = (Path(suite_profile.__file__)).read_text()
+    folder = cache_dir() / "plugins" / hashlib.sha256(text.encode()).hexdigest()[:20]
+    target = folder / "lego_suite_profile.py"
+    if not target.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = folder / f".lego_suite_profile.{secrets.token_hex(4)}"
+        staging.write_text(text)
+        os.replace(staging, target)
+    return folder
 
 
 @functools.cache

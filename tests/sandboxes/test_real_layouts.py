@@ -234,7 +234,7 @@ def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Pat
     assert grade(task, "").reward == 0.0
 
 
-@pytest.mark.parametrize("script", ["grade_bootstrap.py", "grade_supervisor.py"])
+@pytest.mark.parametrize("script", ["grade_bootstrap.py", "grade_supervisor.py", "suite_profile.py"])
 def test_the_scripts_that_run_on_the_tasks_interpreter_parse_as_python_3_6(script: str) -> None:
     """SWE-bench images carry Python 3.6 to 3.9: no walrus, no `X | Y` at run time, no match."""
     import ast
