@@ -60,7 +60,9 @@ def test_square():
 """
 
 
-def _record(tmp_path: Path, pkg_root: str, environment: dict | None = None, test: str = _TEST) -> Path:
+def _record(
+    tmp_path: Path, pkg_root: str, environment: dict | None = None, test: str = _TEST, pytest_ini: str = ""
+) -> Path:
     pkg = f"{pkg_root}/shapes" if pkg_root else "shapes"
     repo = tmp_path / "shapes"
     repo.mkdir()
@@ -69,7 +71,7 @@ def _record(tmp_path: Path, pkg_root: str, environment: dict | None = None, test
         {
             f"{pkg}/__init__.py": "",
             f"{pkg}/size.py": "def area(w, h):\n    return w + h\n\n\ndef square(s):\n    return s * s\n",
-            "pyproject.toml": '[project]\nname = "shapes"\nversion = "1.0"\n',
+            "pyproject.toml": '[project]\nname = "shapes"\nversion = "1.0"\n' + pytest_ini,
             "tests/test_other.py": "def test_nothing():\n    assert True\n",
         },
         {
@@ -142,5 +144,18 @@ def test_the_environment_a_record_names_is_built(tmp_path: Path, isolated_cache:
 def test_a_test_dependency_the_record_names_is_there_when_graded(tmp_path: Path, real_cache: Path):
     path = _record(tmp_path, "src", {"requirements": ["six==1.16.0"]}, "import six\n" + _TEST)
     source = JsonlSource(path)
+    result = validate_task(source.materialize(source.get("me__shapes-1")), HOST)
+    assert result.ok, result.reason + result.log
+
+
+@pytest.mark.network
+def test_a_suite_that_runs_on_xdist_workers_is_graded_in_one_process(tmp_path: Path, real_cache: Path):
+    """``addopts = "-n 2"`` (pytest-xdist, declared as the environment's plugin): the grader's test run
+    must stay in the process its bootstrap prepared (before: the tests ran on xdist workers, which have
+    no witness builtin and report no collection, so the pristine repo was "not collected" and the task
+    could not be graded at all)."""
+    ini = '\n[tool.pytest.ini_options]\naddopts = "-n 2 --dist loadfile"\n'
+    env = {"requirements": ["pytest-xdist==3.6.1"], "plugins": ["xdist.plugin", "xdist.looponfail"]}
+    source = JsonlSource(_record(tmp_path, "src", env, pytest_ini=ini))
     result = validate_task(source.materialize(source.get("me__shapes-1")), HOST)
     assert result.ok, result.reason + result.log
