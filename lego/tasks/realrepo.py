@@ -291,21 +291,33 @@ def _python_files(directory: Path, root: Path) -> list[str]:
     return out
 
 
+def _namespace_packages(entry: Path) -> list[Path]:
+    """The regular packages in ``entry`` when it is a PEP 420 namespace package (a directory with no
+    ``__init__.py`` whose name imports, holding packages: ``jaraco/functools/__init__.py``)."""
+    if not entry.is_dir() or (entry / "__init__.py").exists() or not entry.name.isidentifier():
+        return []
+    return [p for p in sorted(entry.iterdir()) if p.is_dir() and (p / "__init__.py").exists()]
+
+
 def inspect_layout(root: Path) -> ProjectLayout:
-    """Import roots, the project's own modules (under them, tests excluded) and its test files."""
+    """Import roots, the project's own modules (under them, tests excluded) and its test files.
+    Packages are regular ones or inside PEP 420 namespace packages (``src/acme/widgets/``)."""
     src = root / "src"
     has_src = src.is_dir() and any(
-        (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py" for p in src.iterdir()
+        (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py" or _namespace_packages(p)
+        for p in src.iterdir()
     )
     code_root = src if has_src else root
     candidates: list[str] = []
     for entry in sorted(code_root.iterdir()):
         if entry.name.startswith((".", "_")) and entry.name != "__init__.py":
             continue
+        if entry.is_dir() and (entry.name in _NOT_CODE or entry.name in _TEST_DIRS):
+            continue
         if entry.is_dir() and (entry / "__init__.py").exists():
-            if entry.name in _NOT_CODE or entry.name in _TEST_DIRS:
-                continue
             candidates += _python_files(entry, root)
+        elif namespaced := _namespace_packages(entry):
+            candidates += [f for package in namespaced for f in _python_files(package, root)]
         elif entry.suffix == ".py" and entry.stem not in _NOT_MODULES and not is_test_file(entry.name):
             candidates.append(entry.relative_to(root).as_posix())
     tests = [rel for rel in _python_files(root, root) if is_test_file(rel) and not rel.startswith(("docs/", "doc/"))]

@@ -52,6 +52,38 @@ def test_layouts_src_and_flat_and_tests_inside_the_package(tmp_path: Path) -> No
     assert is_test_file("pkg/testing/helpers.py") and is_test_file("x_test.py") and not is_test_file("pkg/testdata.py")
 
 
+def test_namespace_packages_are_the_project_s_code(tmp_path: Path) -> None:
+    """PEP 420 namespace packages (jaraco.functools, backports.tarfile, sphinxcontrib-*: ``jaraco/``
+    without an ``__init__.py``): their packages are the project's code, flat or under src/ (before: no
+    source file was found, so the factory had nothing to mutate, and a src/ one got the import root
+    ``.``, from which nothing imports)."""
+    flat = inspect_layout(
+        _tree(
+            tmp_path / "flat",
+            {
+                "jaraco/functools/__init__.py": "",
+                "jaraco/functools/util.py": "",
+                "tests/test_functools.py": "",
+                "docs/conf.py": "",
+                "conftest.py": "",
+            },
+        )
+    )
+    assert flat.import_roots == ["."]
+    assert flat.source_files == ["jaraco/functools/__init__.py", "jaraco/functools/util.py"]
+    src = inspect_layout(
+        _tree(
+            tmp_path / "src",
+            {"src/acme/widgets/__init__.py": "", "src/acme/widgets/size.py": "", "test/test_size.py": ""},
+        )
+    )
+    assert src.import_roots == ["src"]
+    assert src.source_files == ["src/acme/widgets/__init__.py", "src/acme/widgets/size.py"]
+    assert src.test_files == ["test/test_size.py"]
+    scripts = inspect_layout(_tree(tmp_path / "scripts", {"pkg.py": "", "tools/gen.py": "", "ci/run.py": ""}))
+    assert scripts.source_files == ["pkg.py"], "a folder of scripts is no namespace package"
+
+
 def test_test_dependencies_from_where_projects_declare_them(tmp_path: Path) -> None:
     root = _tree(
         tmp_path,
