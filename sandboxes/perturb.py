@@ -367,7 +367,9 @@ class Definitions:
     pristine files (the test process's own word on it would be a claim): base classes named in the
     file, imported from another of the files (``from . import M``, ``from pkg.mod import M``,
     ``import pkg.mod as m``) or nested, in C3 order; a base found nowhere among them (``TestCase``)
-    contributes nothing, and an id whose class is not found keeps its own spelling."""
+    contributes nothing, and an id whose class is not found keeps its own spelling. The id's own class
+    may be imported too: ``from test_serializer import TestSerializer`` in test_timed.py collects
+    ``test_timed.py::TestSerializer::test_x``, which runs test_serializer.py's function."""
 
     def __init__(self, plans: list[FilePlan]) -> None:
         self._paths = {plan.path for plan in plans}
@@ -472,13 +474,25 @@ class Definitions:
             path, qualified = test_function(base)
             owner, _, name = qualified.rpartition(".")
             found = (path, qualified)
-            if owner and (path, owner) in self._classes:
-                for cls in self._mro((path, owner)):
+            # the class as the file names it: its own, or one it imports (a test class imported into
+            # another test module is collected there too, and runs its own file's definitions)
+            start = self._base(path, _dotted(owner)) if owner else None
+            if start is not None:
+                for cls in self._mro(start):
                     if name in self._classes[cls][1]:
                         found = (cls[0], f"{cls[1]}.{name}")
                         break
             self._cache[base] = found
         return self._cache[base]
+
+
+def _dotted(name: str) -> ast.expr:
+    """``A.B`` as the expression that names it (a class path of a node id)."""
+    head, *rest = name.split(".")
+    expr: ast.expr = ast.Name(id=head)
+    for attr in rest:
+        expr = ast.Attribute(value=expr, attr=attr)
+    return expr
 
 
 _ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[0-7]{1,3}|.)", re.S)
