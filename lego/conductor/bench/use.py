@@ -18,10 +18,10 @@ The experiment of learning from use, end to end on this machine, with no hidden 
    `lego bench learn` scores `lego train` (:func:`lego.conductor.bench.learn.compare_to_start`).
 
 ``OUT/use.json`` holds every number (the sessions: how many, how many ended green, per quarter of
-the budget; the learner's steps with their advantage, fidelity and wall time; the judge's verdict
-counts), ``OUT/use.png`` the plots, ``OUT/sessions.jsonl`` each session. Run it once per
-``--signal`` into different ``--out`` directories with one ``--eval-seed`` and copy the first
-``OUT/eval`` into the others to reuse the start's samples.
+the budget; the learner's steps with their mean score, baseline, fidelity and wall time, and its
+held-out checks; the judge's verdict counts), ``OUT/use.png`` the plots, ``OUT/sessions.jsonl``
+each session. Run it once per ``--signal`` into different ``--out`` directories with one
+``--eval-seed`` and copy the first ``OUT/eval`` into the others to reuse the start's samples.
 """
 
 from __future__ import annotations
