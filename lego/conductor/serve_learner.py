@@ -44,7 +44,9 @@ engine counts its weight loads from 0 in each process, so :meth:`resume` sets th
 
 **Exactness.** The turns of step N are marked ``trained`` at N *before* step N's checkpoint is
 written; :meth:`resume` drops the marks of every step after the checkpoint it restores, so a
-learner killed at any moment neither loses a turn nor trains one twice. ``--rollback N`` restores
+learner killed at any moment neither loses a turn nor trains one twice; and it marks
+``rolled_back`` every turn sampled by weights after that checkpoint (served, then killed before
+their checkpoint was written): no later step mistakes them for its own. ``--rollback N`` restores
 step N (0: the starting weights), moves the later checkpoints aside (``learner/rolled_back/``),
 forgets their marks, and the turns their weights sampled are never trained (``rolled_back``).
 
@@ -215,11 +217,13 @@ class ServeLearner:
                     f"there are steps {have or 'none'} (0: the starting weights)"
                 )
             self._set_aside_after(rollback)
-            self._mark_rolled_back(rollback)
         extra = restore_checkpoint(self.trainer, path) if path is not None else {}
         self.baseline.load_state_dict(extra.get("baseline"))  # none saved (the start): a fresh baseline
         step = self.trainer.step_count
         self.server.store.unlearn_after(step)
+        # What weights after this step sampled (rolled back, or pushed and then killed before their
+        # checkpoint) never trains: those weights are gone, and new steps reuse their numbers.
+        self._mark_rolled_back(step)
         if self.heldout is not None:
             self.heldout.resume(step)
         # A rollback to the starting weights pushes them too: the engine may serve a later step's.

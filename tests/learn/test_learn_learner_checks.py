@@ -164,6 +164,28 @@ def test_the_running_baseline_lives_in_the_checkpoint_a_restart_resumes_it_and_r
     server.store.close()
 
 
+def test_turns_sampled_by_weights_killed_before_their_checkpoint_never_train(rig: Rig) -> None:
+    server, learner = rig.make()
+    learner.resume()
+    server.start()
+    try:
+        rig.scored_session(server, [1, -1])
+        assert learner.step() is not None  # step 1, checkpointed
+        learner.weights.push(learner.trainer)  # the next weights served, then the process dies: no checkpoint
+        lost = rig.scored_session(server, [1, 1])
+        assert {t.policy_version for t in server.store.iter_turns(session_id=lost)} == {2}
+    finally:
+        server.stop()
+    server, learner = rig.make()
+    try:
+        assert learner.resume() == 1
+        marks = server.store.learned()
+    finally:
+        server.store.close()
+    # step 1's weights are served again under number 1 and the next step will be 2: these are not its turns
+    assert marks[(lost, 0)] == marks[(lost, 1)] == (1, "rolled_back")
+
+
 # ---- the held-out check, scripted through its seam -------------------------------------------------
 
 
