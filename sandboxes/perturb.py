@@ -275,13 +275,18 @@ def _table(fn: ast.FunctionDef | ast.AsyncFunctionDef, constants: Mapping[str, a
         table = constants.get(table.id)  # type: ignore[assignment]
     if not isinstance(table, ast.List | ast.Tuple):
         return {}
-    stable = any(k.arg == "ids" for k in call.keywords)
+    # ids a table names stay when a value changes; ids a function makes from the values (ids=str,
+    # humanize) change with them, like the ids pytest makes, and the renamed row is matched by position
+    named = [k.value for k in call.keywords if k.arg == "ids"]
+    stable = bool(named) and isinstance(named[0], ast.List | ast.Tuple)
+    rows_named = bool(table.elts)
     columns: list[list[tuple[Any, tuple[tuple[int, int, int, int], ...]] | None]] = [[] for _ in names]
     for row in table.elts:
         values: list[ast.AST] = [row]
-        if isinstance(row, ast.Call) and ast.unparse(row.func).endswith("param"):
-            values = list(row.args)
-            stable = stable or any(k.arg == "id" for k in row.keywords)
+        param = row if isinstance(row, ast.Call) and ast.unparse(row.func).endswith("param") else None
+        rows_named = rows_named and param is not None and any(k.arg == "id" for k in param.keywords)
+        if param is not None:
+            values = list(param.args)
         elif len(names) > 1:
             values = list(row.elts) if isinstance(row, ast.Tuple | ast.List) else []
         if len(values) != len(names):
@@ -289,6 +294,7 @@ def _table(fn: ast.FunctionDef | ast.AsyncFunctionDef, constants: Mapping[str, a
         for j, node in enumerate(values):
             ok, value, leaves = _literal(node)
             columns[j].append((value, tuple(map(_span, leaves))) if ok else None)
+    stable = stable or rows_named
     return {name: ("table", tuple(col), stable) for name, col in zip(names, columns, strict=True)}
 
 
