@@ -6,15 +6,19 @@ finalizer mid-conversion hands the GIL to the other — each corrupts the other'
 raises ``SystemError: AST constructor recursion depth mismatch``. The host parses test files while
 concurrent rollouts are graded in threads (the perturbation planner, the task factory), and such an error
 there once zeroed a correct rollout as the policy's failure, so every parse in the house goes through
-:func:`parse`, which holds one process-wide lock around ``ast.parse``.
+:func:`parse`, which holds one process-wide lock around ``ast.parse``. ``ast.literal_eval`` of a string
+parses it the same way (the grader reads witnessed values and perturbed literals with it while other
+grades parse test files): :func:`literal_eval` parses under the same lock. It zeroed the oracle's
+correct patch of one real held-out task in all four harnesses of one eval, as the policy's failure.
 """
 
 from __future__ import annotations
 
 import ast
 import threading
+from typing import Any
 
-__all__ = ["parse"]
+__all__ = ["literal_eval", "parse"]
 
 _LOCK = threading.Lock()
 
@@ -23,3 +27,11 @@ def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
     """``ast.parse(source, filename)`` under the process-wide lock (same result, same exceptions)."""
     with _LOCK:
         return ast.parse(source, filename)
+
+
+def literal_eval(node_or_string: str | ast.AST) -> Any:
+    """``ast.literal_eval``, a string parsed under the process-wide lock (same result, same exceptions)."""
+    if isinstance(node_or_string, str):
+        with _LOCK:
+            node_or_string = ast.parse(node_or_string.lstrip(" \t"), mode="eval")
+    return ast.literal_eval(node_or_string)

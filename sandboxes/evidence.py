@@ -27,11 +27,11 @@ policy's 0.
 
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from lego import pyast
 from lego.sandboxes.perturb import Definitions, FilePlan
 
 __all__ = ["Evidence", "RunRecords", "judge", "parse_run"]
@@ -141,7 +141,7 @@ class Evidence:
 
 def _same(text: str, expected: Any) -> bool:
     try:
-        return bool(ast.literal_eval(text) == expected)
+        return bool(pyast.literal_eval(text) == expected)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False
 

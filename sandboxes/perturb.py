@@ -143,7 +143,7 @@ def _leaves(node: ast.AST) -> list[ast.AST]:
 def _literal(node: ast.AST) -> tuple[bool, Any, list[ast.AST]]:
     """``(True, value, leaves)`` when ``node`` is a literal with something to perturb, else ``(False, ...)``."""
     try:
-        value = ast.literal_eval(node)
+        value = pyast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False, None, []
     leaves = _leaves(node)
@@ -266,7 +266,7 @@ def _table(fn: ast.FunctionDef | ast.AsyncFunctionDef, constants: Mapping[str, a
     if any(k.arg == "indirect" for k in call.keywords):
         return {}
     try:
-        names = ast.literal_eval(call.args[0])
+        names = pyast.literal_eval(call.args[0])
     except (ValueError, SyntaxError):
         return {}
     names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
@@ -551,7 +551,7 @@ def perturb_token(token: str, rng: secrets.SystemRandom) -> str | None:
     written in the same style (quotes, prefix, base), so nothing about its look marks it; None when
     it cannot be changed that way."""
     try:
-        old = ast.literal_eval(token)
+        old = pyast.literal_eval(token)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     if isinstance(old, bool):
@@ -576,7 +576,7 @@ def perturb_token(token: str, rng: secrets.SystemRandom) -> str | None:
     else:
         return None
     try:
-        new = ast.literal_eval(new_text)
+        new = pyast.literal_eval(new_text)
     except (ValueError, SyntaxError):
         return None
     return new_text if type(new) is type(old) and new != old else None

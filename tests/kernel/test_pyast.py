@@ -32,9 +32,15 @@ class _Cycle:
         pass
 
 
-def _load(parse, seconds: float) -> tuple[int, list[str]]:
+def _parse_source(parse):  # type: ignore[no-untyped-def]
+    tree = parse(SOURCE)
+    assert isinstance(tree, ast.Module) and len(tree.body[0].body) == 600  # type: ignore[attr-defined]
+
+
+def _load(parse, seconds: float, other=None) -> tuple[int, list[str]]:  # type: ignore[no-untyped-def]
     """Parse SOURCE from THREADS threads for ``seconds`` while a thread makes garbage cycles with
-    finalizers; returns (parses done, SystemError messages)."""
+    finalizers; returns (parses done, SystemError messages). ``other``: a call that every second
+    worker makes instead (the same SystemError counts)."""
     stop = threading.Event()
     errors: list[str] = []
     done = [0] * THREADS
@@ -47,12 +53,11 @@ def _load(parse, seconds: float) -> tuple[int, list[str]]:
     def worker(k: int) -> None:
         while not stop.is_set():
             try:
-                tree = parse(SOURCE)
+                other() if other is not None and k % 2 else _parse_source(parse)
             except SystemError as e:
                 errors.append(str(e))
                 stop.set()
                 return
-            assert isinstance(tree, ast.Module) and len(tree.body[0].body) == 600  # type: ignore[attr-defined]
             done[k] += 1
 
     old = gc.get_threshold()
@@ -91,3 +96,38 @@ def test_parse_is_ast_parse() -> None:
     assert ast.dump(pyast.parse("x = [1, (2, 3)]\n")) == ast.dump(ast.parse("x = [1, (2, 3)]\n"))
     with pytest.raises(SyntaxError):
         pyast.parse("def (:\n", "broken.py")
+
+
+# A witnessed value as the grader reads it back: a deep literal, parsed by literal_eval.
+LITERAL = repr([{"k": (i, [i, {"v": [i] * 3}], "s" * 5)} for i in range(400)])
+
+
+def test_literal_eval_of_a_string_beside_locked_parses_never_raises_the_recursion_mismatch() -> None:
+    """literal_eval parses its string: the unlocked call races with the locked parses beside it, so the
+    grader's literal_eval goes through the same lock (an oracle's correct patch was zeroed by it)."""
+    start = time.monotonic()
+    expected = ast.literal_eval(LITERAL)
+    raced, errors = _load(pyast.parse, seconds=60, other=lambda: ast.literal_eval(LITERAL))
+    if not errors:
+        pytest.skip(f"ast.literal_eval did not race in {raced} calls on this interpreter")
+    assert "recursion depth mismatch" in errors[0]
+    took = time.monotonic() - start
+
+    def locked() -> None:
+        assert pyast.literal_eval(LITERAL) == expected
+
+    calls, locked_errors = _load(pyast.parse, seconds=max(2 * took, 5), other=locked)
+    assert locked_errors == [], locked_errors
+    assert calls >= 1
+
+
+def test_literal_eval_is_ast_literal_eval() -> None:
+    for text in ("  (1, [2.5, {'a': b'x'}], None)", "-3", "{1, 2}"):
+        assert pyast.literal_eval(text) == ast.literal_eval(text)
+    node = ast.parse("[1, 2]", mode="eval").body
+    assert pyast.literal_eval(node) == [1, 2]
+    for bad in ("f(x)", "1 +", "x"):
+        with pytest.raises((ValueError, SyntaxError)) as mine:
+            pyast.literal_eval(bad)
+        with pytest.raises(type(mine.value)):
+            ast.literal_eval(bad)
