@@ -10,10 +10,10 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import ClassVar
 
+from lego.errors import HarnessError
 from lego.harnesses.base import json_lines, result_from_exec, sandbox_home
 from lego.harnesses.lego_agent import AGENT_FILE
 from lego.harnesses.lego_agent.agent import EXIT_MAX_TURNS, EXIT_OVERLONG, FORMAT_VERSION
-from lego.errors import HarnessError
 from lego.seams import PreparedRun, Sandbox
 from lego.types import Endpoint, HarnessLimits, HarnessResult, MainThreadSpec, Task, TerminationLabel
 
