@@ -22,6 +22,17 @@ def git_in(repo: Path, *args: str) -> str:
     ).stdout
 
 
+def commit_tree(repo: Path, files: dict[str, str]) -> Path:
+    """``files`` (path -> text) written under ``repo`` and committed as its one commit."""
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git_in(repo, "init", "-q")
+    git_in(repo, "add", "-A")
+    git_in(repo, "commit", "-qm", "base")
+    return repo
+
+
 def _patch(repo: Path, path: str, text: str) -> str:
     """The git patch that writes ``text`` to ``path`` (the repo is left as it was)."""
     target = repo / path

@@ -12,20 +12,14 @@ from lego.config import SandboxConfig
 from lego.sandboxes.grading import grade
 from lego.sandboxes.local import LocalSandbox
 from lego.types import Task, TaskEnvironment
-from tests.sandboxes.sbx_fixtures import _patch, git_in
+from tests.sandboxes.sbx_fixtures import _patch, commit_tree
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 
 
 def _project(root: Path, name: str, files: dict[str, str], hidden: dict[str, str], fix: tuple[str, str], **kw) -> Task:  # type: ignore[no-untyped-def]
-    repo = root / name
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    git_in(repo, "init", "-q")
-    git_in(repo, "add", "-A")
-    git_in(repo, "commit", "-qm", "base")
+    repo = commit_tree(root / name, files)
     test_patch = ""
     for rel, text in hidden.items():
         test_patch += _patch(repo, rel, text)

@@ -17,7 +17,7 @@ import pytest
 from lego.sandboxes.grading import grade
 from lego.tasks.environments import build_environment, environment_python, run_suite, suite_invocation
 from lego.types import Task, TaskEnvironment
-from tests.sandboxes.sbx_fixtures import _patch, git_in
+from tests.sandboxes.sbx_fixtures import _patch, commit_tree
 
 # as the factory resolves a project's environment: its test dependencies and pytest-timeout, loaded with -p
 HYPOTHESIS = TaskEnvironment(requirements=["hypothesis==6.170.17", "pytest-timeout==2.4.0"], plugins=["pytest_timeout"])
@@ -29,16 +29,6 @@ SLOW = (
     "@settings(max_examples=3)\n@given(st.integers())\ndef test_add_zero(x):\n    time.sleep(0.3)\n"
     "    assert add(x, 0) == x\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 )
-
-
-def _repo(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    git_in(root, "init", "-q")
-    git_in(root, "add", "-A")
-    git_in(root, "commit", "-qm", "base")
-    return root
 
 
 @pytest.fixture()
@@ -64,7 +54,7 @@ def _plain_pytest(repo: Path, env: TaskEnvironment) -> subprocess.CompletedProce
 def test_a_slow_property_test_is_graded_on_the_code_not_on_the_machines_speed(
     tmp_path: Path, env: TaskEnvironment
 ) -> None:
-    repo = _repo(tmp_path / "slowprop", {"calc.py": BUGGY, "tests/__init__.py": ""})
+    repo = commit_tree(tmp_path / "slowprop", {"calc.py": BUGGY, "tests/__init__.py": ""})
     task = Task(
         instance_id="slowprop",
         repo="real/slowprop",
@@ -77,7 +67,7 @@ def test_a_slow_property_test_is_graded_on_the_code_not_on_the_machines_speed(
         environment=env,
     )
     # the control: with Hypothesis' own defaults the honest code fails on time alone
-    fixed = _repo(tmp_path / "control", {"calc.py": FIXED, "tests/__init__.py": "", "tests/test_calc.py": SLOW})
+    fixed = commit_tree(tmp_path / "control", {"calc.py": FIXED, "tests/__init__.py": "", "tests/test_calc.py": SLOW})
     control = _plain_pytest(fixed, env)
     assert control.returncode == 1 and "DeadlineExceeded" in control.stdout, control.stdout[-2000:]
 
@@ -101,7 +91,7 @@ DRAWS = (
 def test_the_factory_draws_the_same_examples_every_run_and_the_projects_own_profile_wins(
     tmp_path: Path, env: TaskEnvironment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    repo = _repo(tmp_path / "draws", {"test_draws.py": DRAWS})
+    repo = commit_tree(tmp_path / "draws", {"test_draws.py": DRAWS})
     logs = []
     for run in range(2):
         log = tmp_path / f"draws-{run}.log"
@@ -120,7 +110,7 @@ def test_the_factory_draws_the_same_examples_every_run_and_the_projects_own_prof
     assert plain[0] != plain[1]
 
     # a project that loads a profile of its own in its conftest keeps it: a 100 ms deadline fails
-    own = _repo(
+    own = commit_tree(
         tmp_path / "own",
         {
             "calc.py": FIXED,
