@@ -282,10 +282,12 @@ class ServeLearner:
                 while not self._stop.is_set() and self.step() is not None:
                     pass  # a backlog trains step after step
             except Exception as exc:  # gate, judge, held-out check, a bug: the learner stops, serving goes on
-                self.error = f"{type(exc).__name__}: {exc}"
-                append_jsonl(self.dir / "metrics.jsonl", {"learner/stopped": self.error, "time": time.time()})
+                reason = f"{type(exc).__name__}: {exc}"
+                # Recorded before it is published: whoever sees `error` finds the reason in metrics.jsonl too.
+                append_jsonl(self.dir / "metrics.jsonl", {"learner/stopped": reason, "time": time.time()})
                 if self.on_step is not None:
-                    self.on_step({"learner/stopped": self.error})
+                    self.on_step({"learner/stopped": reason})
+                self.error = reason
                 return
             self._stop.wait(self.cfg.serve.learn_poll_s)
 
