@@ -3,13 +3,15 @@
 Not imported by lego: the supervisor runs it as ``python -I -B -c <this file> FD CONFIG [pytest
 args...]`` with the task's own interpreter, which may be as old as Python 3.6 (SWE-bench images), so
 this file uses nothing newer. ``CONFIG`` is JSON: ``repo``, ``roots`` (repo-relative import roots),
-``ids`` (the expected test ids) and ``prelude`` (the text of :mod:`lego.sandboxes.suite_profile`).
+``ids`` (the expected test ids), ``prelude`` (the text of :mod:`lego.sandboxes.suite_profile`) and
+``meta`` (the project's own dist-info files, :mod:`lego.sandboxes.project_meta`, or null).
 What it does, in order:
 
 1. puts the repo's import roots FIRST on ``sys.path`` (``-I`` dropped the working directory and every
    ``PYTHON*`` variable), so the repo under test is the code under test even when the environment
    also has an installed copy of the project (pluggy, packaging, pytest itself) — as on a
-   developer's machine with an editable install; then runs ``prelude`` (Hypothesis' settings for
+   developer's machine with an editable install; writes ``meta`` into a fresh folder put LAST on
+   ``sys.path`` (the project's metadata, as that install also gives); then runs ``prelude`` (Hypothesis' settings for
    a grader: the same examples every run, no deadline), before pytest reads any conftest;
 2. installs the builtin ``__lego_w__(key, value)``: the rewritten hidden tests call it at every
    assertion the grader witnesses (:mod:`lego.sandboxes.perturb`); it records the value it is given
@@ -51,6 +53,17 @@ _roots = [os.path.normpath(os.path.join(_REPO, r)) for r in _CONFIG.get("roots")
 sys.path[:] = _roots + [p for p in sys.path if p and os.path.realpath(p) not in _roots]
 for _var in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
     os.environ.pop(_var, None)
+if _CONFIG.get("meta"):  # the project's own dist-info (lego.sandboxes.project_meta), LAST: it shadows nothing
+    import tempfile
+
+    _meta = dict(_CONFIG["meta"])
+    _site = tempfile.mkdtemp(prefix="lego-meta-")
+    _dist = os.path.join(_site, os.path.basename(_meta.pop("folder")))
+    os.mkdir(_dist)
+    for _name, _text in _meta.items():
+        with open(os.path.join(_dist, _name), "w", encoding="utf-8") as _f:
+            _f.write(_text)
+    sys.path.append(_site)
 if _CONFIG.get("prelude"):  # lego.sandboxes.suite_profile: Hypothesis' settings for a grader, before any conftest
     exec(compile(_CONFIG["prelude"], "<lego_suite_profile>", "exec"), {"__name__": "lego_suite_profile"})
 

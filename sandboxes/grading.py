@@ -55,6 +55,7 @@ from lego.sandboxes.evidence import Evidence, RunRecords, judge, parse_run
 from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.guards import filter_diff, patch_paths, split_diff, tracked_files
 from lego.sandboxes.perturb import Definitions, FilePlan, find_sites, plan_perturbations, render, test_function
+from lego.sandboxes.project_meta import project_metadata
 from lego.sandboxes.templates import git
 from lego.sandboxes.verifier import grade_verifier, is_harbor
 from lego.seams import Sandbox
@@ -119,13 +120,31 @@ def _test_files(task: Task, sb: Sandbox, tracked: dict[str, str], names: list[st
         return {n: (root / n).read_text(errors="surrogateescape") for n in wanted if (root / n).is_file()}
 
 
-def _argv(task: Task, sb: Sandbox, names: list[str], python: str, extra: list[str]) -> list[str]:
+def _project_meta(task: Task, sb: Sandbox, tracked: dict[str, str]) -> dict[str, str] | None:
+    """The project's own dist-info (:mod:`lego.sandboxes.project_meta`), read from the pristine repo;
+    none for an image task, whose image installed the project as its builder chose."""
+    if task.image:
+        return None
+
+    def read(path: str) -> str | None:
+        try:
+            return sb.read(path).decode("utf-8", "replace")
+        except (SandboxError, OSError):
+            return None
+
+    return project_metadata(read, tracked, task.environment.import_roots if task.environment else ["."])
+
+
+def _argv(
+    task: Task, sb: Sandbox, names: list[str], python: str, extra: list[str], meta: dict[str, str] | None
+) -> list[str]:
     env = task.environment
     config = {
         "repo": sb.repo_dir,
         "roots": env.import_roots if env else ["."],
         "ids": names,
         "prelude": (_HERE / "suite_profile.py").read_text(),
+        "meta": meta,
     }
     files = list(dict.fromkeys(test_function(n)[0] for n in names))
     plugins = [arg for p in (env.plugins if env else []) for arg in ("-p", p)]
@@ -137,7 +156,13 @@ def _argv(task: Task, sb: Sandbox, names: list[str], python: str, extra: list[st
 
 
 def _run(
-    sb: Sandbox, task: Task, agent_patch: str, files: dict[str, str], names: list[str], limit: float
+    sb: Sandbox,
+    task: Task,
+    agent_patch: str,
+    files: dict[str, str],
+    names: list[str],
+    limit: float,
+    meta: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One supervised test run in ``sb``: the supervisor's report (``status``, ``records``, ``output``...)."""
     python, env, extra = _pytest_cmd(task)
@@ -148,7 +173,7 @@ def _run(
         "test_patch": task.test_patch,
         "files": files,
         "agent_patch": agent_patch,
-        "argv": _argv(task, sb, names, python, extra),
+        "argv": _argv(task, sb, names, python, extra, meta),
         "env": {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"},
         "timeout": max(1.0, limit - 5.0),
     }
@@ -206,7 +231,8 @@ def _pristine_failure(task: Task, cfg: SandboxConfig, names: list[str], limit: f
         tracked = tracked_files(sb)
         plans = [FilePlan(p, t, find_sites(t, p)) for p, t in _test_files(task, sb, tracked, names).items()]
         plan_perturbations(plans, set(), 1)
-        report = _run(sb, task, "", {p.path: render(p, -1) for p in plans}, names, limit)
+        meta = _project_meta(task, sb, tracked)
+        report = _run(sb, task, "", {p.path: render(p, -1) for p in plans}, names, limit, meta)
         ev = _evidence(report_list=[report], names=names, plans=plans)
         return "; ".join(ev.ungradable) + _log([report])[-3000:] if ev.ungradable else None
 
@@ -284,6 +310,7 @@ def _round(
                 plans = [FilePlan(p, t, find_sites(t, p)) for p, t in _test_files(task, sb, tracked, names).items()]
                 defs = Definitions(plans)
                 plan_perturbations(plans, {f for f in map(defs, names) if not defs.shared(f)}, RUNS)
+                shared["meta"] = _project_meta(task, sb, tracked)
                 shared["plans"] = plans
             finally:
                 ready.set()
@@ -292,7 +319,7 @@ def _round(
         if "plans" not in shared:
             return {"status": "skipped"}
         files = {p.path: render(p, r) for p in shared["plans"]}
-        return _run(sb, task, shared["kept"], files, names, limit)
+        return _run(sb, task, shared["kept"], files, names, limit, shared["meta"])
 
     reports = _in_sandboxes(cfg, task, RUNS, work)
     return reports, _evidence(reports, names, shared["plans"]), shared["excluded"]

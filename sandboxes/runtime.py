@@ -27,7 +27,8 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from lego.errors import SandboxError
-from lego.paths import data_dir
+from lego.paths import cache_dir, data_dir
+from lego.sandboxes.project_meta import meta_folder, repo_metadata
 from lego.types import Task
 
 __all__ = ["RUNTIME_DISTS", "PythonRuntime", "TaskRuntime", "python_runtime", "task_runtime"]
@@ -133,23 +134,28 @@ class TaskRuntime:
     bin_dir: Path | None
     binds: tuple[Path, ...]
     import_roots: tuple[str, ...]
+    meta: Path | None = None
 
     def pythonpath(self, repo_dir: str) -> str:
         """The agent's PYTHONPATH: the repo's import roots, so ``python -m pytest`` in the repo sees
-        the repo's code as a developer's checkout does (``.`` alone adds nothing a cwd does not)."""
-        return ":".join(os.path.normpath(f"{repo_dir}/{root}") for root in self.import_roots if root != ".")
+        the repo's code as a developer's checkout does (``.`` alone adds nothing a cwd does not),
+        then the folder of the project's own dist-info (:mod:`lego.sandboxes.project_meta`), if any."""
+        roots = [os.path.normpath(f"{repo_dir}/{root}") for root in self.import_roots if root != "."]
+        return ":".join([*roots, *([str(self.meta)] if self.meta else [])])
 
 
 def task_runtime(task: Task) -> TaskRuntime:
     """The task's environment as the sandbox backends use it (nothing for a task without one). A venv
     built on this host is bound with the interpreter it was made from (``home`` in ``pyvenv.cfg``)."""
     env = task.environment
+    roots = tuple(env.import_roots) if env is not None else (".",)
+    info = repo_metadata(Path(task.repo_path), roots) if task.repo_path and not task.image else None
+    meta = meta_folder(info, cache_dir() / "projectmeta") if info else None
     if env is None:
-        return TaskRuntime(None, (), ())
-    roots = tuple(env.import_roots)
+        return TaskRuntime(None, (meta,) if meta else (), (), meta)
     if not env.path:
         python = Path(env.python) if env.python.startswith("/") else None
-        return TaskRuntime(python.parent if python else None, (), roots)
+        return TaskRuntime(python.parent if python else None, (meta,) if meta else (), roots, meta)
     venv = Path(env.path)
     if not (venv / "bin" / "python").exists():
         raise SandboxError(f"task {task.instance_id}: its environment {venv} is missing or incomplete; rebuild it")
@@ -162,4 +168,4 @@ def task_runtime(task: Task) -> TaskRuntime:
                 base = Path(value.strip()).resolve().parent
                 if not str(base).startswith("/usr"):
                     binds.insert(0, base)
-    return TaskRuntime(venv / "bin", tuple(binds), roots)
+    return TaskRuntime(venv / "bin", tuple([*binds, *([meta] if meta else [])]), roots, meta)

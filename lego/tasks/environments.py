@@ -55,6 +55,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incr
 from lego.errors import TaskError
 from lego.paths import cache_dir
 from lego.sandboxes import suite_profile
+from lego.sandboxes.project_meta import meta_folder, repo_metadata
 from lego.tasks.testrun import SuiteResult, run_pytest
 from lego.tasks.venvs import (
     find_interpreter,
@@ -271,11 +272,15 @@ def resolve_environment_build(
 
 def suite_invocation(env: TaskEnvironment, repo: Path) -> tuple[list[str], dict[str, str]]:
     """pytest arguments and environment variables that run ``repo``'s suite in ``env`` the way the
-    grader does: the import roots first on ``sys.path``, plugin autoload off, the grader's Hypothesis
+    grader does: the import roots first on ``sys.path`` (the project's own metadata last,
+    :mod:`lego.sandboxes.project_meta`), plugin autoload off, the grader's Hypothesis
     settings (:mod:`lego.sandboxes.suite_profile`, as the plugin ``lego_suite_profile``, loaded before
     any conftest), each declared plugin loaded with ``-p``."""
     args = ["-p", "lego_suite_profile", *(arg for plugin in env.plugins for arg in ("-p", plugin))]
     paths = [*(str((repo / root).resolve()) for root in env.import_roots), str(_suite_plugins())]
+    meta = repo_metadata(repo, env.import_roots)
+    if meta:  # the project's own dist-info, as the grader gives it: last, it shadows nothing
+        paths.append(str(meta_folder(meta, cache_dir() / "projectmeta")))
     return args, {"PYTHONPATH": os.pathsep.join(paths), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONNOUSERSITE": "1"}
 
 

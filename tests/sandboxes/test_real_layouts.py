@@ -239,3 +239,42 @@ def test_the_scripts_that_run_on_the_tasks_interpreter_parse_as_python_3_6(scrip
     tree = ast.parse(source, feature_version=(3, 6))
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.AnnAssign | ast.NamedExpr | ast.Match)]
     assert "from __future__" not in source and "removeprefix" not in source
+
+
+SELF_META = (
+    "from importlib.metadata import entry_points, version\n\n__version__ = version('mathy-tools')\n"
+    "PLUGINS = sorted(e.name for e in entry_points(group='mathy.plugins'))\n\n"
+)
+META_PYPROJECT = (
+    "[project]\nname = 'mathy-tools'\nversion = '2.0.1'\n\n[project.entry-points.'mathy.plugins']\n"
+    "double = 'mathy:add'\n\n[tool.pytest.ini_options]\ntestpaths = ['tests']\n"
+)
+
+
+def test_a_project_that_reads_its_own_metadata_at_import_is_graded_and_runs_for_the_agent(tmp_path: Path) -> None:
+    """`__version__ = importlib.metadata.version(...)` at import (hatch, flit, poetry and pdm projects
+    ship no egg-info): the project is not installed in its environment (the repo is the only copy of
+    it), so without its dist-info on the path the import fails and every diff, the gold one too, is 0."""
+    task = _project(
+        tmp_path,
+        "selfmeta",
+        {"src/mathy/__init__.py": SELF_META + BUGGY, "pyproject.toml": META_PYPROJECT},
+        {
+            "tests/test_add.py": "import mathy\nfrom mathy import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+            "def test_meta():\n    assert mathy.__version__ == '2.0.1' and mathy.PLUGINS == ['double']\n"
+        },
+        ("src/mathy/__init__.py", SELF_META + FIXED),
+        FAIL_TO_PASS=["tests/test_add.py::test_add"],
+        PASS_TO_PASS=["tests/test_add.py::test_meta"],
+        environment=TaskEnvironment(import_roots=["src"]),
+    )
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0, gold.log[-3000:]
+    empty = grade(task, "")
+    assert empty.reward == 0.0 and empty.tests["tests/test_add.py::test_meta"] == "passed"
+    sb = LocalSandbox(task, SandboxConfig())
+    try:  # the agent's python imports it too, and sees the same metadata
+        run = sb.exec(["python", "-c", "import mathy; print(mathy.__version__, mathy.PLUGINS)"])
+        assert run.exit_code == 0 and run.stdout.strip() == "2.0.1 ['double']", run.stderr
+    finally:
+        sb.close()
