@@ -87,6 +87,9 @@ def token_logp(
         logits = model(
             input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False, logits_to_keep=mb.gather_pos
         ).logits  # (B, R, V)
+        if logits.dim() == 4:  # a transformers that takes only 1-D positions indexed (B, B, R, V): row b's are [b, b]
+            rows = torch.arange(logits.shape[0], device=logits.device)
+            logits = logits[rows, rows]
     else:
         full = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits  # (B, L, V)
         logits = torch.gather(full, 1, mb.gather_pos[..., None].expand(-1, -1, full.shape[-1]))  # (B, R, V)

@@ -190,6 +190,24 @@ def test_logits_to_keep_path_equals_full_logits_path(model_dir, items, make_conf
         assert a == pytest.approx(b, abs=1e-6)
 
 
+def test_a_transformers_that_indexes_positions_as_1d_gives_the_same_logprobs(model_dir, items, make_config):
+    """transformers 5.17 (the GPU image's) takes ``logits_to_keep`` as 1-D positions: a (B, R) tensor
+    indexes every row with every row's positions, (B, B, R, V). Found on the H200: the update raised."""
+    trainer = Trainer(model_dir, make_config(micro_batch_size=3))
+    expected = trainer.recompute(items)
+    real = trainer.model.forward
+
+    def one_d(*args, logits_to_keep=None, **kwargs):  # the old indexing, from the full logits
+        out = real(*args, **kwargs)
+        out.logits = out.logits[:, logits_to_keep, :]
+        return out
+
+    trainer.model.forward = one_d
+    got = trainer.recompute(items)
+    for a, b in zip(got, expected, strict=True):
+        assert a == pytest.approx(b, abs=1e-6)
+
+
 def test_further_update_against_an_older_policy_clips(model_dir, items, make_config):
     trainer = Trainer(model_dir, make_config())
     old = trainer.recompute(items)
