@@ -63,6 +63,8 @@ def _node_id(case: ET.Element, root: Path | None = None) -> str:
     file = case.get("file") or ""
     classname = case.get("classname") or ""
     name = case.get("name") or ""
+    if file and not file.endswith(".py"):  # a doctest of a text file (--doctest-glob): FILE::NAME
+        return f"{file}::{name}"
     module = file[:-3].replace("/", ".") if file.endswith(".py") else ""
     dotted = classname.split(".")
     node_file = None

@@ -97,6 +97,25 @@ def test_a_failed_install_is_a_task_error_with_pips_words(real_cache: Path) -> N
     assert not [p for p in (real_cache / "envs").iterdir() if p.is_dir() and p.name.startswith(".")]
 
 
+def test_a_doctest_of_a_text_file_keeps_its_node_id(tmp_path: Path) -> None:
+    """A project's ``--doctest-glob=*.md`` (voluptuous): junit's classname is the path dotted with its
+    ``.md``, so ``guide.md`` beside ``guide.py`` read as ``guide.py::md::guide.md``, an id pytest cannot
+    select, and every task of the project failed validation as ungradable."""
+    from lego.tasks.testrun import run_pytest
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "guide.md").write_text(">>> 1 + 1\n2\n")
+    (tmp_path / "pkg" / "guide.py").write_text("VALUE = 2\n")
+    (tmp_path / "pkg" / "test_guide.py").write_text(
+        "from pkg.guide import VALUE\n\n\ndef test_v():\n    assert VALUE == 2\n"
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --doctest-glob=*.md\n")
+    result = run_pytest(tmp_path, timeout=120)
+    assert result.statuses == {"pkg/guide.md::guide.md": "passed", "pkg/test_guide.py::test_v": "passed"}, result.output
+    again = run_pytest(tmp_path, ["pkg/guide.md::guide.md"], timeout=120)  # and pytest selects it by that id
+    assert again.statuses == {"pkg/guide.md::guide.md": "passed"}, again.output
+
+
 def test_a_method_inherited_from_a_mixin_in_another_file_keeps_its_node_id(tmp_path: Path) -> None:
     """junit's ``file`` is where a test *function* is defined: for cachetools' mixin in tests/__init__.py
     it named every LRUCacheTest test ``tests/__init__.py::test_x``, an id pytest cannot select."""
