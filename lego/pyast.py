@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import ast
 import threading
-from typing import Any
+from typing import Any, Literal, overload
 
 __all__ = ["literal_eval", "parse"]
 
 _LOCK = threading.Lock()
 
 
-def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
-    """``ast.parse(source, filename)`` under the process-wide lock (same result, same exceptions)."""
+@overload
+def parse(source: str | bytes, filename: str = ..., mode: Literal["exec"] = ...) -> ast.Module: ...
+@overload
+def parse(source: str | bytes, filename: str = ..., *, mode: Literal["eval"]) -> ast.Expression: ...
+def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.Module | ast.Expression:
+    """``ast.parse(source, filename, mode)`` under the process-wide lock (same result, same exceptions)."""
     with _LOCK:
-        return ast.parse(source, filename)
+        return ast.parse(source, filename, mode)  # type: ignore[return-value]
 
 
 def literal_eval(node_or_string: str | ast.AST) -> Any:

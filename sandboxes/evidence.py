@@ -27,6 +27,7 @@ policy's 0.
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,9 +140,32 @@ class Evidence:
     bit_only: list[str] = field(default_factory=list)  # perturbed tests whose evidence was their pass/fail bit
 
 
+def _plain(node: ast.AST) -> Any:
+    """The value of a witnessed ``repr`` of a plain builtin value: a literal, or what a literal cannot
+    spell — ``set()``, ``frozenset({...})`` (a frozenset result compared with a set literal, as
+    typing_extensions' own tests do) and ``inf``/``nan`` — nothing else (no other name, no call)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("set", "frozenset"):
+        if node.keywords or len(node.args) > 1:
+            raise ValueError("not a plain value")
+        items = _plain(node.args[0]) if node.args else ()
+        return frozenset(items) if node.func.id == "frozenset" else set(items)
+    if isinstance(node, ast.Name) and node.id in ("inf", "nan"):
+        return float(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Name):
+        return -_plain(node.operand)
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        items = [_plain(e) for e in node.elts]
+        return tuple(items) if isinstance(node, ast.Tuple) else items if isinstance(node, ast.List) else set(items)
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise ValueError("not a plain value")
+        return {_plain(k): _plain(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
+    return pyast.literal_eval(node)
+
+
 def _same(text: str, expected: Any) -> bool:
     try:
-        return bool(pyast.literal_eval(text) == expected)
+        return bool(_plain(pyast.parse(text.lstrip(" \t"), mode="eval").body) == expected)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False
 

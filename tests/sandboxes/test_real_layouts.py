@@ -278,3 +278,84 @@ def test_a_project_that_reads_its_own_metadata_at_import_is_graded_and_runs_for_
         assert run.exit_code == 0 and run.stdout.strip() == "2.0.1 ['double']", run.stderr
     finally:
         sb.close()
+
+
+FROZEN_BUGGY = (
+    "def members(names):\n    return frozenset(n for n in names if n != 'b')\n\n\ndef big():\n    return float('inf')\n"
+)
+FROZEN_FIXED = "def members(names):\n    return frozenset(names)\n\n\ndef big():\n    return float('inf')\n"
+FROZEN_TESTS = """\
+import unittest
+
+from shapes import big, members
+
+
+class T(unittest.TestCase):
+    def test_members(self):
+        self.assertEqual(members('abc'), {'a', 'b', 'c'})
+
+    def test_one(self):
+        assert members('x') == {'x'}
+
+    def test_big(self):
+        assert big() == 1e999
+"""
+
+
+def test_a_frozenset_compared_with_a_set_literal_is_not_read_as_tampering(tmp_path: Path) -> None:
+    """typing_extensions' own tests compare frozenset results with set literals; the witness of such a
+    value reads ``frozenset({...})`` (and a float's ``inf``), which no literal spells: the gold patch was
+    zeroed as tampering ("witnessed frozenset({'a', 'b', 'c'}) ... not the true value")."""
+    task = _project(
+        tmp_path,
+        "frozen",
+        {"shapes/__init__.py": FROZEN_BUGGY},
+        {"tests/test_members.py": FROZEN_TESTS},
+        ("shapes/__init__.py", FROZEN_FIXED),
+        FAIL_TO_PASS=["tests/test_members.py::T::test_members"],
+        PASS_TO_PASS=["tests/test_members.py::T::test_one", "tests/test_members.py::T::test_big"],
+    )
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0 and not gold.tampered, gold.log[-3000:]
+    assert grade(task, "").reward == 0.0
+
+
+LEAKY_TESTS = """\
+import os
+from contextlib import contextmanager
+
+from calc import add
+
+
+@contextmanager
+def osname(name):  # as colorama's tests have it: no try/finally
+    orig = os.name
+    os.name = name
+    yield
+    os.name = orig
+
+
+def test_add_on_windows():
+    with osname("nt"):
+        assert add(2, 3) == 5
+
+
+def test_add_after():
+    assert add(1, 1) == 2
+"""
+
+
+def test_a_test_that_leaks_os_name_when_it_fails_does_not_end_the_graded_run(tmp_path: Path) -> None:
+    """A perturbed run fails assertions on purpose; one inside colorama's ``with osname("nt")`` left
+    pytest on "Windows" (an INTERNALERROR at the next test: every later test missing, gold 0)."""
+    task = _project(
+        tmp_path,
+        "leaky",
+        {"calc/__init__.py": BUGGY},
+        {"tests/test_leak.py": LEAKY_TESTS},
+        ("calc/__init__.py", FIXED),
+        FAIL_TO_PASS=["tests/test_leak.py::test_add_on_windows", "tests/test_leak.py::test_add_after"],
+    )
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0 and "INTERNALERROR" not in gold.log, gold.log[-3000:]
+    assert grade(task, "").reward == 0.0
