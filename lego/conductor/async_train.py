@@ -18,12 +18,9 @@ to every step of either loop (:mod:`lego.conductor.step_close`).
 
 from __future__ import annotations
 
-import os
 import shutil
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -36,7 +33,7 @@ from lego.config import LegoConfig
 from lego.seams import TaskSource
 from lego.types import Task, Trajectory
 
-__all__ = ["LEDGER_KEY", "UpdateThread", "group_job", "train_async"]
+__all__ = ["LEDGER_KEY", "group_job", "train_async"]
 
 LEDGER_KEY = "async_groups"
 """Where a checkpoint's ``extra`` keeps the :class:`GroupLedger` of an asynchronous run."""
@@ -65,52 +62,6 @@ def group_job(
         for k in range(cfg.algorithm.group_size)
     ]
     return source.materialize(picked[ti]), harness, opts
-
-
-class UpdateThread:
-    """Runs each update in one thread of its own at nice ``nice`` (``training.update_nice`` > 0; at 0 on
-    the calling thread, as before), so the rollouts' threads and processes come first where they share
-    the CPU (they never inherit it: the producer's threads are not started from this one). The main
-    thread waits for the update; Ctrl-C there lets the update in progress finish (its checkpoint is
-    whole) before it is raised. What the update itself starts (``training.eval_every``'s validation
-    rollouts) inherits the nice value."""
-
-    def __init__(self, nice: int) -> None:
-        self.nice = nice
-        self.niced: bool | None = None  # whether the thread got its nice value (None: not started yet)
-        self._pool = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="update", initializer=self._lower)
-            if nice > 0
-            else None
-        )
-
-    def _lower(self) -> None:
-        try:  # a Linux thread is a task of its own: PRIO_PROCESS on its id changes that thread alone
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
-            self.niced = True
-        except (OSError, AttributeError):
-            self.niced = False
-
-    def run(self, fn: Callable[[], Any]) -> Any:
-        if self._pool is None:  # nice 0: the update runs on the calling thread, as it always did
-            return fn()
-        future = self._pool.submit(fn)
-        try:
-            return future.result()
-        except KeyboardInterrupt:
-            while True:  # the update finishes (a second Ctrl-C does not cut it short), then the interrupt
-                try:
-                    future.result()
-                    break
-                except KeyboardInterrupt:
-                    continue
-                except Exception:
-                    break
-            raise
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
 
 
 def group_lag(group: CompletedGroup, version: int) -> int:
@@ -159,7 +110,6 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
         on_done=done,
     )
     producer.start()
-    updater = UpdateThread(cfg.training.update_nice)
     t_prev = time.monotonic()
     try:
         for step in range(trainer.step_count, cfg.training.steps):
@@ -195,13 +145,11 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
             def ledger_now() -> dict[str, Any]:
                 return {LEDGER_KEY: ledger.to_json()}
 
-            update = partial(
-                closer.close, step, trajs, t0, t_roll, extra_metrics=extra, checkpoint_extra=ledger_now,
+            closer.close(
+                step, trajs, t0, t_roll, extra_metrics=extra, checkpoint_extra=ledger_now,
                 policy_version=policy.engine.policy_version,
             )  # fmt: skip
-            updater.run(update)
             producer.updated()
             t_prev = time.monotonic()
     finally:
         producer.stop()
-        updater.close()

@@ -79,15 +79,6 @@ class TrainingConfig(Section):
         "and a group whose oldest token is more than k versions old is dropped and counted. 0: the synchronous "
         "loop (each step waits for its slowest rollout), bit for bit.",
     )
-    update_nice: int = Field(
-        0,
-        ge=0,
-        le=19,
-        description="Asynchronous loop (max_staleness >= 1): each update runs in a thread of its own at this nice "
-        "value (Linux; per thread), so where rollouts and the update share the CPU (the embedded default on a "
-        "small box) the engine, the harnesses and the grader come first and the update takes what they leave. "
-        "0: the update competes at the rollouts' priority. No effect on the update's GPU work.",
-    )
     straggler_multiple: float = Field(
         0.0,
         ge=0,
