@@ -1,8 +1,9 @@
 """The graded pytest run's entry point: runs inside a grading sandbox, started by the supervisor.
 
-Not imported by lego: the supervisor runs it as ``python -I -B -c <this file> FD CONFIG [pytest
+Not imported by lego: the supervisor runs it as ``python -I -B -c <this file> FD CONFIG_FD [pytest
 args...]`` with the task's own interpreter, which may be as old as Python 3.6 (SWE-bench images), so
-this file uses nothing newer. ``CONFIG`` is JSON: ``repo``, ``roots`` (repo-relative import roots),
+this file uses nothing newer. ``CONFIG`` arrives on the pipe ``CONFIG_FD`` the supervisor feeds (one
+argument holds at most 128 KiB). It is JSON: ``repo``, ``roots`` (repo-relative import roots),
 ``ids`` (the expected test ids), ``prelude`` (the text of :mod:`lego.sandboxes.suite_profile`) and
 ``meta`` (the project's own dist-info files, :mod:`lego.sandboxes.project_meta`, or null).
 What it does, in order:
@@ -36,7 +37,21 @@ import os
 import sys
 
 _FD = int(sys.argv[1])
-_CONFIG = json.loads(sys.argv[2])
+
+
+def _read_config(fd):
+    """CONFIG from the pipe the supervisor feeds (an argument would be capped at 128 KiB)."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return json.loads(b"".join(chunks).decode("utf-8", "surrogateescape"))
+
+
+_CONFIG = _read_config(int(sys.argv[2]))
 _REPO = _CONFIG["repo"]
 _write = os.write
 _dumps = json.dumps

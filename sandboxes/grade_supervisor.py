@@ -26,6 +26,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 _PR_SET_DUMPABLE = 4
@@ -67,21 +68,39 @@ def _write_files(repo, files):
             f.write(text.encode("utf-8", "surrogateescape"))
 
 
+def _feed(fd, data):
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError:
+        pass  # the child died before it read its configuration: its report says so
+    finally:
+        os.close(fd)
+
+
 def _run_child(argv, env, cwd, timeout):
+    """``argv`` is the bootstrap's command with its CONFIG (JSON) as ``argv[5]``: the child gets the
+    record pipe's fd and a pipe it reads CONFIG from instead (one argument holds at most 128 KiB on
+    Linux, and a real suite's expected ids alone can be more)."""
     out_r, out_w = os.pipe()
     rec_r, rec_w = os.pipe()
+    cfg_r, cfg_w = os.pipe()
     child = subprocess.Popen(
-        [*argv[:5], str(rec_w), *argv[5:]],
+        [*argv[:5], str(rec_w), str(cfg_r), *argv[6:]],
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=out_w,
         stderr=out_w,
-        pass_fds=(rec_w,),
+        pass_fds=(rec_w, cfg_r),
         start_new_session=True,
     )
     os.close(out_w)
     os.close(rec_w)
+    os.close(cfg_r)
+    feeder = threading.Thread(target=_feed, args=(cfg_w, argv[5].encode("utf-8", "surrogateescape")))
+    feeder.daemon = True
+    feeder.start()
     bufs = {out_r: bytearray(), rec_r: bytearray()}
     deadline = time.monotonic() + timeout
     timed_out = False

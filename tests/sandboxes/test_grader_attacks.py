@@ -107,7 +107,8 @@ PATCH_MODULE_FUNCTION = BUGGY + (
     "_run.call_and_report = _forced\n"
 )
 FORGE_STREAM_AND_EXIT = BUGGY + (
-    "import json, os, sys\nfd = int(sys.argv[1])\nids = json.loads(sys.argv[2])['ids']\n"
+    # the expected ids, from the bootstrap's own globals (its configuration came on a pipe it has read)
+    "import json, os, sys\nfd = int(sys.argv[1])\nids = sys.modules['__main__']._CONFIG['ids']\n"
     "recs = [{'k': 'collected', 'ids': ids}]\nfor i in ids:\n"
     "    recs += [{'k': 'report', 'id': i, 'when': w, 'outcome': 'passed'} for w in ('setup', 'call', 'teardown')]\n"
     "recs.append({'k': 'finish', 'exitstatus': 0})\n"

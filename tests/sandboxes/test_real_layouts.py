@@ -359,3 +359,36 @@ def test_a_test_that_leaks_os_name_when_it_fails_does_not_end_the_graded_run(tmp
     gold = grade(task, task.patch)
     assert gold.reward == 1.0 and "INTERNALERROR" not in gold.log, gold.log[-3000:]
     assert grade(task, "").reward == 0.0
+
+
+MANY_TESTS = """\
+import pytest
+
+from calc import add
+
+CASES = [(i, "a case with a long and descriptive name, number %05d" % i) for i in range(2500)]
+
+
+@pytest.mark.parametrize("i,label", CASES, ids=[c[1] for c in CASES])
+def test_add_many(i, label):
+    assert add(i, 1) == i + 1
+"""
+
+
+def test_a_suite_of_thousands_of_expected_tests_is_graded(tmp_path: Path) -> None:
+    """The expected ids went to the graded pytest as one command-line argument: over 128 KiB (Linux's
+    MAX_ARG_STRLEN; a suite of ~2000 tests with real names) the exec failed and no grade was possible."""
+    task = _project(
+        tmp_path,
+        "many",
+        {"calc/__init__.py": BUGGY},
+        {"tests/test_many.py": MANY_TESTS},
+        ("calc/__init__.py", FIXED),
+        FAIL_TO_PASS=[
+            f"tests/test_many.py::test_add_many[a case with a long and descriptive name, number {i:05d}]"
+            for i in range(2500)
+        ],
+    )
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0, gold.log[-3000:]
+    assert grade(task, "").reward == 0.0
