@@ -175,22 +175,11 @@ def _crash_message(report):
     return str(getattr(crash, "message", None) or report.longreprtext)[:500]
 
 
-def _safe_repr(fn):
-    """``fn`` (an item's failure formatter) that cannot end the run: a test that fails while its own
-    patches are in place (colorama's tests set ``os.name = "nt"``; pytest's traceback then builds a
-    ``WindowsPath``) made pytest stop with an INTERNALERROR and every later test missing. Half the
-    expected tests fail on purpose in a perturbed run, so such a failure is the normal case here."""
-
-    def safe(excinfo, *args, **kwargs):
-        try:
-            return fn(excinfo, *args, **kwargs)
-        except Exception:
-            try:
-                return "%s: %s" % (excinfo.typename, str(excinfo.value)[:500])
-            except Exception:
-                return "the failure could not be formatted"
-
-    return safe
+def _platform_kept():
+    """One phase of a test, with ``os.name`` and ``sys.platform`` as they were before it."""
+    saved = (os.name, sys.platform)
+    yield
+    os.name, sys.platform = saved
 
 
 class _Reporter(object):
@@ -216,10 +205,6 @@ class _Reporter(object):
         if drop:
             config.hook.pytest_deselected(items=drop)
         items[:] = keep
-        for item in keep:
-            for name in ("repr_failure", "_repr_failure_py"):
-                if callable(getattr(item, name, None)):
-                    setattr(item, name, _safe_repr(getattr(item, name)))
 
     # A test that changes os.name / sys.platform and fails before it puts them back (colorama's
     # `with osname("nt"):` has no try/finally) leaves pytest itself on "Windows": the next test's
@@ -227,21 +212,15 @@ class _Reporter(object):
     # assertions on purpose, inside such blocks too, so each phase of a test gets them back as they were.
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item):
-        saved = (os.name, sys.platform)
-        yield
-        os.name, sys.platform = saved
+        yield from _platform_kept()
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item):
-        saved = (os.name, sys.platform)
-        yield
-        os.name, sys.platform = saved
+        yield from _platform_kept()
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item, nextitem):
-        saved = (os.name, sys.platform)
-        yield
-        os.name, sys.platform = saved
+        yield from _platform_kept()
 
     def pytest_collection_finish(self, session):
         _emit({"k": "collected", "ids": [item.nodeid for item in session.items]})
