@@ -69,10 +69,8 @@ sys.path[:] = _roots + [p for p in sys.path if p and os.path.realpath(p) not in 
 for _var in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
     os.environ.pop(_var, None)
 if _CONFIG.get("meta"):  # the project's own dist-info (lego.sandboxes.project_meta), LAST: it shadows nothing
-    import tempfile
-
     _meta = dict(_CONFIG["meta"])
-    _site = tempfile.mkdtemp(prefix="lego-meta-")
+    _site = _CONFIG["meta_dir"]  # the supervisor's: it removes the folder when this process is gone
     _dist = os.path.join(_site, os.path.basename(_meta.pop("folder")))
     os.mkdir(_dist)
     for _name, _text in _meta.items():

@@ -23,9 +23,11 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -82,6 +84,19 @@ def _run_child(argv, env, cwd, timeout):
     """``argv`` is the bootstrap's command with its CONFIG (JSON) as ``argv[5]``: the child gets the
     record pipe's fd and a pipe it reads CONFIG from instead (one argument holds at most 128 KiB on
     Linux, and a real suite's expected ids alone can be more)."""
+    config = json.loads(argv[5])
+    scratch = None
+    if config.get("meta"):  # the project's dist-info goes here; it is removed when the child is gone,
+        scratch = tempfile.mkdtemp(prefix="lego-meta-")  # however it ended (unisolated, /tmp is the host's)
+        config["meta_dir"] = scratch
+    try:
+        return _supervise(argv, json.dumps(config).encode("utf-8", "surrogateescape"), env, cwd, timeout)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _supervise(argv, config, env, cwd, timeout):
     out_r, out_w = os.pipe()
     rec_r, rec_w = os.pipe()
     cfg_r, cfg_w = os.pipe()
@@ -98,7 +113,7 @@ def _run_child(argv, env, cwd, timeout):
     os.close(out_w)
     os.close(rec_w)
     os.close(cfg_r)
-    feeder = threading.Thread(target=_feed, args=(cfg_w, argv[5].encode("utf-8", "surrogateescape")))
+    feeder = threading.Thread(target=_feed, args=(cfg_w, config))
     feeder.daemon = True
     feeder.start()
     bufs = {out_r: bytearray(), rec_r: bytearray()}

@@ -392,3 +392,27 @@ def test_a_suite_of_thousands_of_expected_tests_is_graded(tmp_path: Path) -> Non
     gold = grade(task, task.patch)
     assert gold.reward == 1.0, gold.log[-3000:]
     assert grade(task, "").reward == 0.0
+
+
+def test_the_graders_metadata_folder_is_removed_after_the_run_even_without_isolation(
+    tmp_path: Path,
+) -> None:
+    """The bootstrap writes the project's dist-info to a temporary folder; in a bubblewrap sandbox that
+    is the sandbox's own tmpfs, but unisolated (`sandbox.unsafe_no_isolation`) it is the host's /tmp,
+    which kept one folder per graded run (264 here after one day of validation)."""
+    task = _project(
+        tmp_path,
+        "selfmeta",
+        {"src/mathy/__init__.py": SELF_META + BUGGY, "pyproject.toml": META_PYPROJECT},
+        {"tests/test_add.py": "import mathy\nfrom mathy import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+        ("src/mathy/__init__.py", SELF_META + FIXED),
+        FAIL_TO_PASS=["tests/test_add.py::test_add"],
+        environment=TaskEnvironment(import_roots=["src"]),
+    )
+    def leftovers() -> set[Path]:  # this test's project only: other workers grade beside it
+        return {d for d in Path("/tmp").glob("lego-meta-*") if any(d.glob("mathy_tools-*.dist-info"))}
+
+    before = leftovers()
+    gold = grade(task, task.patch, cfg=SandboxConfig(unsafe_no_isolation=True))
+    assert gold.reward == 1.0, gold.log[-3000:]
+    assert not leftovers() - before
