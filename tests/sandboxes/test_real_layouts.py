@@ -409,6 +409,7 @@ def test_the_graders_metadata_folder_is_removed_after_the_run_even_without_isola
         FAIL_TO_PASS=["tests/test_add.py::test_add"],
         environment=TaskEnvironment(import_roots=["src"]),
     )
+
     def leftovers() -> set[Path]:  # this test's project only: other workers grade beside it
         return {d for d in Path("/tmp").glob("lego-meta-*") if any(d.glob("mathy_tools-*.dist-info"))}
 
