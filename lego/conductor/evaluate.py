@@ -16,6 +16,7 @@ eval's contract keeps out of it (eval computes on results).
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_SAMPLE_FN",
     "EvalPlan",
     "FromRun",
+    "SampleProgress",
     "check_policy_paths",
     "merge_from_run",
     "parse_policies",
@@ -239,3 +241,31 @@ def _load_factory(target: str) -> SampleFnFactory:
             f"--sample-fn {target!r} cannot be loaded ({exc}); the rollout that runs eval samples lives there"
         ) from exc
     return factory  # type: ignore[no-any-return]
+
+
+class SampleProgress:
+    """A plain line per tenth of a stage's samples (and its last), on stderr: an eval (or a stage of a
+    bench) is many minutes of sampling, and a log file shows no progress bar."""
+
+    def __init__(self, total: int, label: str = "samples") -> None:
+        from rich.console import Console
+
+        self.total, self.label = total, label
+        self.done = self.passed = self.infra = 0
+        self.t0 = time.monotonic()
+        self._every = max(1, total // 10)
+        self._console = Console(stderr=True)
+
+    def __call__(self, result: SampleResult) -> None:
+        self.done += 1
+        self.passed += result.passed
+        self.infra += result.infra
+        if self.done % self._every and self.done != self.total:
+            return
+        minutes = (time.monotonic() - self.t0) / 60
+        left = minutes / self.done * (self.total - self.done)
+        self._console.print(
+            f"      {self.done}/{self.total} {self.label}: {self.passed} passed, {self.infra} infra, "
+            f"{minutes:.1f} min, ~{left:.1f} min left",
+            highlight=False,
+        )

@@ -138,6 +138,10 @@ def test_sigkill_halfway_then_rerun_equals_uninterrupted_run(tmp_path: Path) -> 
     total = 3 * 3 * 5 * 2
     ref = _cli(tmp_path / "ref", tasks, tmp_path / "ref_calls.jsonl", "0")
     assert ref.wait(timeout=120) == 0, ref.stderr.read().decode() if ref.stderr else ""
+    assert ref.stderr is not None
+    # stderr is a pipe, not a terminal: a progress line per tenth of the samples reaches a log
+    ticks = [ln.strip() for ln in ref.stderr.read().decode().splitlines() if " samples: " in ln]
+    assert len(ticks) == 10 and ticks[-1].startswith(f"{total}/{total} samples: ")
 
     out = tmp_path / "killed"
     proc = _cli(out, tasks, tmp_path / "calls1.jsonl", "0.05")
@@ -153,6 +157,13 @@ def test_sigkill_halfway_then_rerun_equals_uninterrupted_run(tmp_path: Path) -> 
 
     rerun = _cli(out, tasks, tmp_path / "calls2.jsonl", "0")
     assert rerun.wait(timeout=120) == 0, rerun.stderr.read().decode() if rerun.stderr else ""
+    assert rerun.stderr is not None
+    left = total - len(survived)  # the rerun counts the samples it still has to draw
+    assert (
+        [ln for ln in rerun.stderr.read().decode().splitlines() if " samples: " in ln][-1]
+        .strip()
+        .startswith(f"{left}/{left} samples: ")
+    )
     rerun_keys = {SampleKey.model_validate(k) for k in read_jsonl(tmp_path / "calls2.jsonl")}
     assert rerun_keys, "the rerun must finish the missing samples"
     assert not {sample_path(out, k).relative_to(out) for k in rerun_keys} & survived, "a finished sample was re-run"

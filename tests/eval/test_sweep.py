@@ -136,7 +136,7 @@ def test_run_evals_runs_several_evals_in_one_pool_like_separate_ones(tmp_path: P
 def test_the_bench_stages_print_progress_lines_without_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     """A stage of `lego bench learn` is many minutes of samples: a line per tenth of them (and the last)
     reaches a log file, with what passed and what was infrastructure."""
-    from lego.conductor.bench.learn_sweep import SampleProgress
+    from lego.conductor.evaluate import SampleProgress
     from lego.eval.results import SampleKey, SampleResult
 
     progress = SampleProgress(25)

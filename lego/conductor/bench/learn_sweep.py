@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from lego.conductor.evaluate import SampleProgress
 from lego.config import LegoConfig
-from lego.eval.results import EvalResults, EvalSpec, PolicySpec, SampleResult
+from lego.eval.results import EvalResults, EvalSpec, PolicySpec
 from lego.eval.runner import EvalJob, SampleFnFactory, collect_samples, run_evals
 from lego.eval.sweep import ConfirmGrids, FairComparison, compare_sweeps
 from lego.types import Task
@@ -45,34 +46,6 @@ __all__ = [
 def sweep_dir(out: Path, temperature: float) -> Path:
     """The eval directory of one temperature: ``OUT/T0.8``."""
     return out / f"T{temperature:g}"
-
-
-class SampleProgress:
-    """A plain line per tenth of a stage's samples (and its last), on stderr: a stage of the bench is
-    many minutes of sampling, and a log file shows no progress bar."""
-
-    def __init__(self, total: int, label: str = "samples") -> None:
-        from rich.console import Console
-
-        self.total, self.label = total, label
-        self.done = self.passed = self.infra = 0
-        self.t0 = time.monotonic()
-        self._every = max(1, total // 10)
-        self._console = Console(stderr=True)
-
-    def __call__(self, result: SampleResult) -> None:
-        self.done += 1
-        self.passed += result.passed
-        self.infra += result.infra
-        if self.done % self._every and self.done != self.total:
-            return
-        minutes = (time.monotonic() - self.t0) / 60
-        left = minutes / self.done * (self.total - self.done)
-        self._console.print(
-            f"      {self.done}/{self.total} {self.label}: {self.passed} passed, {self.infra} infra, "
-            f"{minutes:.1f} min, ~{left:.1f} min left",
-            highlight=False,
-        )
 
 
 def _run_cells(

@@ -22,7 +22,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lego.conductor.cli.basic import flag_overrides, override_option
-from lego.conductor.evaluate import DEFAULT_SAMPLE_FN, EvalPlan, merge_from_run, parse_policies, plan_eval, run_plan
+from lego.conductor.evaluate import (
+    DEFAULT_SAMPLE_FN,
+    EvalPlan,
+    SampleProgress,
+    merge_from_run,
+    parse_policies,
+    plan_eval,
+    run_plan,
+)
 from lego.eval.report import markdown, render, render_dir
 from lego.eval.results import SampleResult
 
@@ -195,10 +203,15 @@ def _run_and_report(plan: EvalPlan) -> None:
         TimeElapsedColumn(),
         TextColumn("{task.fields[last]}"),
     )
-    with Progress(*columns, console=Console(stderr=True)) as bar:
-        tid = bar.add_task("samples", total=total, completed=plan.samples_done(), last="")
+    err = Console(stderr=True)
+    done = plan.samples_done()
+    lines = None if err.is_terminal or done >= total else SampleProgress(total - done)  # a log shows no bar
+    with Progress(*columns, console=err) as bar:
+        tid = bar.add_task("samples", total=total, completed=done, last="")
 
         def progress(result: SampleResult) -> None:
+            if lines is not None:
+                lines(result)
             k = result.key
             outcome = "pass" if result.passed else f"{result.termination} ({result.cause}: {result.cause_detail})"
             bar.update(tid, advance=1, last=f"{k.policy}/{k.harness}/{k.task_id}#{k.sample}: {outcome}")
