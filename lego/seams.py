@@ -41,6 +41,8 @@ __all__ = [
     "EngineCapabilities",
     "Harness",
     "InProcessWeights",
+    "LiveCommand",
+    "LiveSandbox",
     "PreparedRun",
     "Sandbox",
     "ServedWeights",
@@ -204,6 +206,63 @@ class Sandbox(Protocol):
         ...
 
 
+class LiveCommand(Protocol):
+    """A command running in a sandbox whose standard input lego keeps open (:meth:`LiveSandbox.start`):
+    a harness that waits at its own prompt for the person's next line. Output is what the command
+    wrote to its stdout so far (capped as :meth:`Sandbox.exec`'s); stderr is kept apart."""
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` to the command's stdin (raises SandboxError once it has exited or closed it)."""
+        ...
+
+    def close_stdin(self) -> None: ...
+
+    def output(self) -> bytes:
+        """Everything the command wrote to stdout so far."""
+        ...
+
+    def errors(self) -> bytes:
+        """Everything the command wrote to stderr so far."""
+        ...
+
+    def poll(self) -> int | None:
+        """The exit code once the command has been reaped (negative: a signal), else None."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """:meth:`poll` after waiting up to ``timeout`` seconds (None: forever) for the exit."""
+        ...
+
+    def kill(self) -> None:
+        """Kill the command's process group and every descendant; :meth:`wait` then returns."""
+        ...
+
+    def reading_stdin(self) -> bool:
+        """Whether the command's own process is, right now, blocked waiting for its stdin with
+        everything written so far consumed and no child of it alive: decided by the backend from
+        outside the sandbox (the kernel's view of the process), never from the command's output,
+        which the agent's own commands can write to."""
+        ...
+
+    def close(self) -> None:
+        """Kill it if it still runs and release the pipes (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class LiveSandbox(Protocol):
+    """A sandbox backend that can run a command whose stdin stays open: a capability of some
+    backends (the local one); a caller that needs it asks ``isinstance(sandbox, LiveSandbox)`` and
+    names the backend when it is missing."""
+
+    def start(
+        self, cmd: str | Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> LiveCommand:
+        """Start ``cmd`` (a shell string or an argv) inside, as :meth:`Sandbox.exec` would, and return
+        at once; the command is killed when the sandbox closes."""
+        ...
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """Everything one rollout's :meth:`Harness.prepare` set up, handed to :meth:`Harness.run` of the same
@@ -213,12 +272,15 @@ class PreparedRun:
 
     ``endpoint``: the session this rollout's harness must talk to; ``home``: ``$HOME`` inside the
     sandbox; ``env``: the harness process's environment; ``files``: what ``prepare`` wrote, by role
-    (e.g. ``{"config": "/home/.../config.toml"}``), paths inside the sandbox."""
+    (e.g. ``{"config": "/home/.../config.toml"}``), paths inside the sandbox; ``state``: what a
+    conversation (:class:`Conversing`) keeps between its calls, e.g. the harness process still waiting
+    at its prompt: per rollout, so it lives here and never on the adapter."""
 
     endpoint: Endpoint
     home: str
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -258,13 +320,38 @@ class Harness(Protocol):
 @runtime_checkable
 class Conversing(Protocol):
     """A harness a person can answer once it has finished: the next message of the same conversation
-    (what they say after the agent said it is done: "it still fails", "thanks"), as its own
-    continue/resume feature does it. The next request the proxy sees holds the whole conversation
-    so far and the message, so what the person said is the next state of the turn before it."""
+    (what they say after the agent said it is done: "it still fails", "thanks"). The next request
+    the proxy sees holds the whole conversation so far and the message, so what the person said is
+    the next state of the turn before it.
 
-    def reply(self, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits, message: str) -> HarnessResult:
-        """Go on with the conversation the last :meth:`Harness.run` (or reply) in ``sandbox`` left, the
-        person's ``message`` its next user message; block until the harness is done again."""
+    Two ways to do it: a harness that saves its conversation and resumes it in a new process
+    (lego-agent's ``--resume``), or one whose process stays up and asks at its own prompt what to
+    do next (mini-swe-agent), its stdin kept open by the sandbox (:class:`LiveSandbox`). Either way the
+    calls of one conversation are :meth:`converse`, any number of :meth:`reply`, then :meth:`end`,
+    all with the same ``prepared`` (which holds whatever they keep between calls)."""
+
+    def converse(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        """Start the conversation on ``task``; block until the agent says it is done (the harness then
+        waits for the person, :meth:`waiting`) or the harness ended."""
+        ...
+
+    def waiting(self, prepared: PreparedRun) -> bool:
+        """Whether the harness's own process is still running, waiting at its prompt for the person (so
+        what the agent left running is the person's terminal session, not to be killed); False for a
+        harness that resumes in a new process and for one that has exited."""
+        ...
+
+    def reply(
+        self, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits, message: str
+    ) -> HarnessResult | None:
+        """Go on with the conversation, the person's ``message`` its next user message; block until the
+        agent is done again or the harness ended. None: the conversation had already ended (the harness
+        exited, e.g. at its step limit) and the message went nowhere."""
+        ...
+
+    def end(self, sandbox: Sandbox, prepared: PreparedRun) -> None:
+        """The person is done: let a harness still waiting quit as its prompt offers (else kill it).
+        Never raises for what the harness did; safe to call after anything (or twice)."""
         ...
 
 

@@ -75,6 +75,7 @@ from lego.errors import SandboxError, TaskError
 from lego.sandboxes import spawner_client
 from lego.sandboxes.cgroup import SandboxCgroup
 from lego.sandboxes.layout import AGENT_HOME, AGENT_UID, REPO_DIR, bwrap_available
+from lego.sandboxes.live import LiveProcess
 from lego.sandboxes.local_diff import DIFF_FILE_CAP, host_diff
 from lego.sandboxes.local_start import HostProcesses, copy_owned, mount_root, workdir
 from lego.sandboxes.privilege import HostIdentity
@@ -124,6 +125,7 @@ class LocalSandbox(FileOps):
         self.host_dir = workdir(cfg) / f"sbx-{self.id}"
         self.host_dir.mkdir(parents=True)
         self._closed = False
+        self._live: list[LiveProcess] = []
         self.identity = HostIdentity.allocate() if self.isolated else HostIdentity(os.getuid(), os.getgid(), False)
         self._cgroup = SandboxCgroup.create(f"lego-{self.id}", cfg.max_processes, cfg.memory_budget_mb << 20)
         self._procs = HostProcesses(self.id, cfg, self.identity, self._cgroup, self.host_dir, isolated=self.isolated)
@@ -192,6 +194,26 @@ class LocalSandbox(FileOps):
             kill_everything=self.kill_agent_processes,
         )
 
+    def start(
+        self, cmd: str | Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> LiveProcess:
+        """Start ``cmd`` as :meth:`exec` would, its stdin left open to lego, and return at once
+        (:class:`lego.seams.LiveSandbox`; what it offers and how it knows the command waits for
+        its stdin: :mod:`lego.sandboxes.live`). It has no time limit of its own: the caller kills
+        it; :meth:`kill_agent_processes` and :meth:`close` do too."""
+        if self._closed or self._procs.ctrl is None:
+            raise SandboxError(f"sandbox {self.id} is closed; create a new one")
+        wd = cwd or self.repo_dir
+        if not wd.startswith("/"):
+            wd = f"{self.repo_dir}/{wd}"
+        argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        reply, pid, stdin_fd, out_fd, err_fd = spawner_client.start_command(
+            self._procs.ctrl, self.id, argv, env=self.env(env), cwd=wd
+        )
+        live = LiveProcess(self.id, reply, pid, stdin_fd, out_fd, err_fd, init_host_pid=self._procs.ns_pid)
+        self._live.append(live)
+        return live
+
     def diff(self) -> str:
         """The agent's changes against the pristine commit, untracked files included, taken from
         outside the sandbox with lego's authority: git runs on the host (as root, or as the owner
@@ -228,8 +250,12 @@ class LocalSandbox(FileOps):
     def close(self) -> None:
         if self._closed:
             return
+        for live in self._live:  # the server kills them anyway as it stops; this releases lego's ends
+            live.kill()
         self._closed = True
         self._procs.stop()
+        for live in self._live:
+            live.close()
         deadline = time.monotonic() + 5
         self._cgroup.remove()
         while self._cgroup.exists() and time.monotonic() < deadline:  # exiting tasks leave a moment later

@@ -4,7 +4,8 @@ control socket, each with a reply socket and the descriptors it needs passed alo
 A command is one ``exec`` request: a memfd holding its argv, environment and working directory, and
 lego's pipes as its stdin, stdout and stderr. The server forks it and answers twice on the reply
 socket (started, then its exit status); sending ``kill`` on that socket kills its process group.
-``killall`` kills every process in the sandbox's pid namespace.
+:func:`start_command` is the same request returning at once, its stdin left open to the caller (a live
+command, :mod:`lego.sandboxes.live`). ``killall`` kills every process in the sandbox's pid namespace.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from lego.errors import SandboxError
 from lego.sandboxes.processes import OutputCollector
 
-__all__ = ["READY_TIMEOUT_S", "killall", "recv_json", "request", "run_command"]
+__all__ = ["READY_TIMEOUT_S", "killall", "recv_json", "request", "run_command", "start_command"]
 
 READY_TIMEOUT_S = 10.0
 
@@ -50,6 +51,40 @@ def request(ctrl: socket.socket, sandbox: str, op: bytes, fds: Sequence[int]) ->
     finally:
         theirs.close()
     return mine
+
+
+def start_command(
+    ctrl: socket.socket, sandbox: str, argv: list[str], *, env: Mapping[str, str], cwd: str
+) -> tuple[socket.socket, int, int, int, int]:
+    """Start one command through the server and return at once: (reply socket, its pid as the server
+    sees it, the write end of its stdin, the read ends of its stdout and stderr), all owned by the
+    caller. The reply socket later carries ``{"status": rc}``; ``kill`` sent on it kills the command."""
+    req = os.memfd_create("lego-exec", os.MFD_CLOEXEC)
+    os.write(req, json.dumps({"argv": argv, "env": dict(env), "cwd": cwd}).encode())
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    mine = (in_w, out_r, err_r)
+    try:
+        reply = request(ctrl, sandbox, b"exec", [req, in_r, out_w, err_w])
+    except SandboxError:
+        for fd in mine:
+            os.close(fd)
+        raise
+    finally:
+        for fd in (req, in_r, out_w, err_w):
+            os.close(fd)
+    try:
+        started = recv_json(reply, READY_TIMEOUT_S)
+    except SandboxError:
+        started = None
+    if not started or "pid" not in started:
+        reply.close()
+        for fd in mine:
+            os.close(fd)
+        why = (started or {}).get("error", "no answer from the process server")
+        raise SandboxError(f"cannot start a command in sandbox {sandbox}: {why}")
+    return reply, int(started["pid"]), in_w, out_r, err_r  # type: ignore[call-overload]
 
 
 def run_command(
