@@ -49,7 +49,12 @@ class LegoAgentHarness:
         return PreparedRun(endpoint=endpoint, home=home, files=files)
 
     def command(
-        self, task: Task | None, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits, message: str | None = None
+        self,
+        task: Task | None,
+        sandbox: Sandbox,
+        prepared: PreparedRun,
+        limits: HarnessLimits,
+        message: str | None = None,
     ) -> list[str]:
         """The agent's argv (the problem statement travels as an argument, so no file lands in the repo;
         the conversation is kept in the sandbox's home). ``message``: go on with that conversation,
@@ -93,10 +98,21 @@ class LegoAgentHarness:
     def run(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
         return self._launch(self.command(task, sandbox, prepared, limits), sandbox, limits)
 
+    def converse(self, task: Task, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits) -> HarnessResult:
+        """A person's conversation starts as a run (:class:`lego.seams.Conversing`): the agent saves it as it goes."""
+        return self.run(task, sandbox, prepared, limits)
+
+    def waiting(self, prepared: PreparedRun) -> bool:
+        """Never: its process has exited when a run or reply returns; the next message resumes it."""
+        return False
+
     def reply(self, sandbox: Sandbox, prepared: PreparedRun, limits: HarnessLimits, message: str) -> HarnessResult:
         """The person's next message after the agent finished (:class:`lego.seams.Conversing`): the agent's
         own ``--resume`` of the conversation it wrote."""
         return self._launch(self.command(None, sandbox, prepared, limits, message), sandbox, limits)
+
+    def end(self, sandbox: Sandbox, prepared: PreparedRun) -> None:
+        """Nothing runs between messages, so nothing to end."""
 
     def _launch(self, argv: list[str], sandbox: Sandbox, limits: HarnessLimits) -> HarnessResult:
         res = sandbox.exec(argv, timeout=limits.timeout_s, cwd=sandbox.repo_dir)

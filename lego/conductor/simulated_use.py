@@ -11,9 +11,12 @@ with its tests committed in the tree, :func:`lego.tasks.visible.with_visible_tes
 the harness's own process pointed at the session's key through the sandbox's bridge to the model
 face), wait until the agent says it is done, then run the repo's **visible** tests themselves
 (``python3 -m pytest -q`` in the repo, as they would in their terminal) and answer in the same
-conversation (:class:`lego.seams.Conversing`: the harness's own resume): a re-query with the
+conversation (:class:`lego.seams.Conversing`: lego-agent's own resume, or mini-swe-agent's own prompt
+when it wants to finish, its process kept waiting with its stdin open): a re-query with the
 failing tests' report when they fail (:data:`REQUERY`), thanks when they pass (:data:`THANKS`).
-After ``rounds`` re-queries, or the thanks, they close the session (`lego serve session end`).
+After ``rounds`` re-queries, or the thanks, they quit the harness (:meth:`Conversing.end`) and close
+the session (`lego serve session end`). A harness that exited on its own (its step limit) takes no
+answer: the session ends there, the answer recorded as unheard.
 
 Deterministic: the person's words depend only on what they saw. Nothing here reads a task's
 hidden tests or calls the grader: the learner (``lego serve --learn``) trains only on what the
@@ -38,7 +41,7 @@ from lego.learn.server import ControlClient, LearnServer
 from lego.learn.tool_output import TestRun, parse_test_run
 from lego.proxies.server import session_endpoint
 from lego.sandboxes.factory import create_sandbox
-from lego.seams import Conversing, Harness, Sandbox
+from lego.seams import Conversing, Harness, PreparedRun, Sandbox
 from lego.tasks.visible import with_visible_tests
 from lego.types import HarnessLimits, Task
 
@@ -95,6 +98,8 @@ class SessionRecord:
     """The visible tests passed when the person last ran them."""
     ended: list[str] = field(default_factory=list)
     """Each attempt's harness ending (completed, max_turns, timeout, harness_error...)."""
+    unheard: str = ""
+    """The person's answer when the harness had already exited and could take none (not in ``replies``)."""
     error: str = ""
     """Why the session could not run (sandbox, harness), empty when it ran."""
     wall_s: float = 0.0
@@ -142,7 +147,7 @@ class UseDriver:
                 if not isinstance(adapter, Conversing):
                     raise LegoError(
                         f"harness {name!r} cannot be answered after it finishes (no resume of its conversation): "
-                        "a simulated person needs a harness that takes the next message (lego-agent does)"
+                        "a simulated person needs a harness that takes the next message (lego-agent, mini-swe-agent)"
                     )
                 self._harnesses[name] = adapter
             return self._harnesses[name]
@@ -177,25 +182,39 @@ class UseDriver:
             root_url = f"http://127.0.0.1:{sandbox.proxy_port}"
             endpoint = session_endpoint(root_url, record.session_id, key, self.cfg.proxy.served_model_name)
             prepared = harness.prepare(sandbox, endpoint)
-            result = harness.run(task, sandbox, prepared, self.limits)
-            record.attempts, record.ended = 1, [result.reason]
-            last = HarnessLimits(max_turns=1, timeout_s=self.limits.timeout_s)
-            for round_ in range(self.rounds + 1):
-                sandbox.kill_agent_processes()  # what the agent left running is not the person's test run
-                run, output = self.user.check(sandbox)
-                message = self.user.reply(run, output)
-                record.green = run is not None and run.green
-                record.replies.append(message)
-                final = record.green or round_ == self.rounds
-                # The person's last words still reach the agent (a real harness sends them): that request
-                # is what puts them in the next state of the turn before.
-                result = harness.reply(sandbox, prepared, last if final else self.limits, message)
-                record.ended.append(result.reason)
-                if final:
-                    break
-                record.attempts += 1
+            try:
+                self._rounds(task, harness, sandbox, prepared, record)
+            finally:
+                harness.end(sandbox, prepared)  # a harness still at its prompt quits as it offers
         finally:
             sandbox.close()  # as lego.conductor.drive: a sandbox that cannot be closed is an error, not hidden
+
+    def _rounds(
+        self, task: Task, harness: Conversing, sandbox: Sandbox, prepared: PreparedRun, record: SessionRecord
+    ) -> None:
+        """The ask, then per round: the person's test run and their answer, until the thanks, the last
+        re-query, or a harness that exited and can take no answer (recorded in ``record.unheard``)."""
+        result = harness.converse(task, sandbox, prepared, self.limits)
+        record.attempts, record.ended = 1, [result.reason]
+        last = HarnessLimits(max_turns=1, timeout_s=self.limits.timeout_s)
+        for round_ in range(self.rounds + 1):
+            if not harness.waiting(prepared):  # a harness at its prompt keeps what it runs: the person's terminal
+                sandbox.kill_agent_processes()  # what the agent left running is not the person's test run
+            run, output = self.user.check(sandbox)
+            message = self.user.reply(run, output)
+            record.green = run is not None and run.green
+            final = record.green or round_ == self.rounds
+            # The person's last words still reach the agent (a real harness sends them): that request
+            # is what puts them in the next state of the turn before.
+            answered = harness.reply(sandbox, prepared, last if final else self.limits, message)
+            if answered is None:  # the harness had exited (its step limit, a crash): the conversation is over
+                record.unheard = message
+                break
+            record.replies.append(message)
+            record.ended.append(answered.reason)
+            if final:
+                break
+            record.attempts += 1
 
     def sessions(
         self,

@@ -88,6 +88,28 @@ def test_mini_swe_agent_config_and_env() -> None:
     assert env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True" and env["MSWEA_CONFIGURED"] == "true"
 
 
+def test_mini_swe_agent_takes_a_message_as_a_paste_at_its_prompt_and_needs_a_live_sandbox() -> None:
+    from lego.errors import HarnessError
+    from lego.harnesses.mini_swe_agent import typed_message
+    from lego.seams import Conversing, PreparedRun
+
+    h = MiniSweAgentHarness()
+    assert isinstance(h, Conversing) and not isinstance(get_harness("aider"), Conversing)
+    # multi-line mode, one bracketed paste, Esc-Enter; no byte of the text can end the paste or act as a key
+    assert typed_message("a\tb\r\nc \x1b[201~\x03\x9bd") == b"/m\r\x1b[200~a    b\nc [201~d\x1b[201~\x1b\r"
+    with pytest.raises(HarnessError, match="empty message"):
+        typed_message(" \x1b\n")
+
+    class NoLiveCommands:  # a backend without LiveSandbox.start (docker)
+        root, repo_dir, proxy_port, history_strip = None, "/repo", None, False
+
+    prepared = PreparedRun(endpoint=EP, home=HOME, files={"config": "c", "trajectory": "t"})
+    with pytest.raises(HarnessError, match="NoLiveCommands"):
+        h.converse(TASK, NoLiveCommands(), prepared, HarnessLimits())  # type: ignore[arg-type]
+    assert not h.waiting(prepared) and h.reply(NoLiveCommands(), prepared, HarnessLimits(), "hi") is None  # type: ignore[arg-type]
+    h.end(NoLiveCommands(), prepared)  # type: ignore[arg-type]
+
+
 def test_aider_points_litellm_at_the_session_and_turns_off_side_traffic() -> None:
     h = AiderHarness()
     args = h.arguments(TASK, EP)

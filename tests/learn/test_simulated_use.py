@@ -131,10 +131,117 @@ def test_the_person_reports_what_a_terminal_shows() -> None:
     assert user.reply(None, "ImportError: no module named quarry").startswith("It still fails")
 
 
+def _bash(command: str) -> str:
+    """mini-swe-agent's one tool, as the scripted policy calls it."""
+    return f"<tool_call>\n{json.dumps({'name': 'bash', 'arguments': {'command': command}})}\n</tool_call><|im_end|>"
+
+
+MINI_SUBMIT = _bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+FAKE_PROMPT = "Agent wants to finish. Type new task or Enter to quit (/h for commands)"
+
+
+def _mini_installed() -> None:
+    from lego.harnesses.install import installed
+
+    if installed("mini-swe-agent") is None:
+        pytest.skip("mini-swe-agent is not installed; run `lego harness install mini-swe-agent`")
+
+
+def _answered_turns(server: Any, session_id: str) -> list[bool]:
+    turns = list(server.store.iter_turns(session_id=session_id))
+    return [s.user_message is not None for s in session_signals(turns, ended=True)]
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("text_only", [False, True], ids=["kernel-check", "text-alone-is-fooled"])
+def test_an_agent_printing_minis_prompt_text_is_not_answered_before_mini_itself_asks(
+    served: Any, text_only: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack: the agent's command prints mini's "wants to finish" prompt (mini echoes its commands'
+    output) and goes on working. A person answering on that text runs the tests on the unfixed repo and
+    re-queries (``text-alone-is-fooled``: the kernel check replaced by "mini is running", so the attack is
+    shown to bite); the harness answers only once the kernel shows mini itself blocked on its stdin."""
+    _mini_installed()
+    cfg, server, engine, _ = served
+    if text_only:
+        from lego.sandboxes.live import LiveProcess
+
+        monkeypatch.setattr(LiveProcess, "reading_stdin", lambda self: self.poll() is None)
+    (task,) = load_tasks("boundary:train", limit=1)
+    engine.push(
+        _bash(f"echo '{FAKE_PROMPT}'; echo '> '; sleep 3"),  # the fake prompt, while the command still runs
+        _bash("sed -i 's/return a < b/return a <= b/' quarry/util.py"),  # then the right fix
+        MINI_SUBMIT,  # the real "done": mini's own prompt
+        MINI_SUBMIT,  # the answer to the thanks
+    )
+    with UseDriver(cfg, server, rounds=2, max_turns=6, timeout_s=120) as drive:
+        record = drive.session(task, "mini-swe-agent")
+    assert record.error == "" and record.unheard == "", json.dumps(record.to_json())
+    if text_only:  # answered on the fake prompt: the tests ran before the fix, red, a re-query
+        assert record.replies[0].startswith("It still fails") and "test_tower_open" in record.replies[0]
+        return
+    # One test run, after the fix: green, thanked. Fooled, the first run would have been red (a re-query).
+    assert record.replies == [THANKS] and record.attempts == 1 and record.green, json.dumps(record.to_json())
+    # The person's message follows the submit turn (the third), not the fake prompt's command (the first).
+    assert _answered_turns(server, record.session_id) == [False, False, True, False]
+
+
+@pytest.mark.harness
+def test_mini_swe_agent_is_requeried_then_thanked_in_one_live_conversation(served: Any) -> None:
+    """The lego-agent session above, with mini-swe-agent: mini's own process stays up at its prompt
+    between the person's messages; the same turns, states and rules verdicts."""
+    _mini_installed()
+    cfg, server, engine, _ = served
+    (task,) = load_tasks("boundary:train", limit=1)
+    engine.push(
+        _bash("sed -i 's/return a < b/return a > b/' quarry/util.py"),  # the wrong fix
+        MINI_SUBMIT,
+        _bash("sed -i 's/return a > b/return a <= b/' quarry/util.py"),  # after "it still fails": the right one
+        MINI_SUBMIT,
+        MINI_SUBMIT,  # the answer to the thanks
+    )
+    with UseDriver(cfg, server, rounds=2, max_turns=4, timeout_s=120) as drive:
+        record = drive.session(task, "mini-swe-agent")
+    assert record.error == "" and record.green and record.attempts == 2, json.dumps(record.to_json())
+    requery, thanks = record.replies
+    assert requery.startswith("It still fails") and "test_tower_open" in requery and "assert" in requery
+    assert thanks == THANKS and record.ended == ["completed", "completed", "completed"]
+
+    store = server.store
+    turns = list(store.iter_turns(session_id=record.session_id))
+    assert len(turns) == 5 and store.session(record.session_id).ended_at is not None
+    states = session_signals(turns, ended=True)
+    assert [s.user_message is not None for s in states] == [False, True, False, True, False]
+    assert requery in (states[1].user_message or "") and THANKS in (states[3].user_message or "")
+    judge_store(store, RuleJudge())
+    verdicts = {v.turn: v for v in store.verdicts(session_id=record.session_id, judge="rules")}
+    assert {t: (v.score, v.rules) for t, v in verdicts.items() if v.score is not None} == {
+        0: (-0.5, ("attempt_requery",)),
+        1: (-0.5, ("user_requery",)),
+        2: (0.5, ("attempt_thanks",)),
+        3: (0.5, ("user_thanks",)),
+    }
+    assert verdicts[4].status == "no_signal"
+
+
+@pytest.mark.harness
+def test_a_mini_session_that_hits_its_step_limit_ends_with_the_answer_unheard(served: Any) -> None:
+    """Past the attempt's step budget mini is stopped; the person's answer has nobody to go to, and the
+    session ends there, recorded, nothing raised."""
+    _mini_installed()
+    cfg, server, engine, _ = served
+    (task,) = load_tasks("boundary:train", limit=1)
+    engine.push(_bash("true"), _bash("true"), _bash("true"))
+    with UseDriver(cfg, server, rounds=2, max_turns=2, timeout_s=120) as drive:
+        record = drive.session(task, "mini-swe-agent")
+    assert record.error == "" and record.ended == ["max_turns"] and record.replies == []
+    assert record.unheard.startswith("It still fails") and not record.green
+
+
 @pytest.mark.parametrize(
     ("args", "names"),
     [
-        (["--harness", "mini-swe-agent"], ["--harness", "mini-swe-agent", "reply"]),
+        (["--harness", "aider"], ["--harness", "aider", "reply"]),
         (["--harness", "nosuch"], ["--harness", "nosuch"]),
         (["--minutes", "0"], ["--minutes"]),
         (["--signal", "loud"], ["--signal", "loud"]),

@@ -287,7 +287,8 @@ def command(
             raise click.BadParameter(str(exc), param_hint="--harness") from exc
         if not isinstance(adapter, Conversing):
             raise click.BadParameter(
-                f"{name!r} cannot take the person's reply after it finishes (no resume): use lego-agent",
+                f"{name!r} cannot take the person's reply after it finishes (no resume, no prompt of its own): "
+                "use lego-agent or mini-swe-agent",
                 param_hint="--harness",
             )
     extra = [
