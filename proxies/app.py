@@ -17,8 +17,9 @@ The proxy has two faces, two apps over one :class:`~lego.proxies.service.ProxySe
   same model routes, with and without the ``/s/{session}`` prefix (no prefix: the ``default``
   session; unknown sessions are created on first use unless ``strict_sessions``), plus
   ``GET /healthz``, ``GET /s/{session}/trajectory``, ``POST /s/{session}`` (open a session; returns
-  its model-face token), ``DELETE /s/{session}`` and ``POST /s/{session}/feedback`` (a person's
-  +1/-1 on a turn, kept by the service's turn sink: ``lego serve``; 404 without one).
+  its model-face token), ``DELETE /s/{session}``, ``POST /s/{session}/feedback`` (a person's
+  +1/-1 on a turn) and ``POST /s/{session}/said`` (a message the person's side is about to send
+  their harness), both kept by the service's turn sink (``lego serve``; 404 without one).
   ``proxy.api_key``, when set, guards all of it.
 
 Every request is answered: a bad one gets the calling API's own error shape and status (400
@@ -55,7 +56,7 @@ from lego.proxies.errors import Api, ApiError, error_body
 from lego.proxies.response_store import ResponseStore
 from lego.proxies.routing import Face, FaceRouting, error_response
 from lego.proxies.service import ChatResult, ProxyService
-from lego.proxies.turns import FeedbackBody
+from lego.proxies.turns import FeedbackBody, SaidBody
 from lego.types import SessionSpec
 
 __all__ = ["CONTROL_ROUTES", "MODEL_ROUTES", "Face", "RouteSpec", "build_app"]
@@ -217,6 +218,17 @@ class FaceHandlers:
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0]), "not_found") from exc
 
+    async def said(self, request: Request) -> Response:
+        """``POST /s/{session}/said`` (:class:`~lego.proxies.turns.SaidBody`): kept by the turn sink."""
+        sink = self.service.turn_sink
+        if sink is None:
+            raise ApiError(404, "this proxy keeps no turns; what a person said is recorded by `lego serve`", "not_found")
+        body = self.routing.parse(SaidBody, await self.routing.read_json(request))
+        try:
+            return JSONResponse(await sink.said(_named_session(request), body))
+        except KeyError as exc:
+            raise ApiError(404, str(exc.args[0]), "not_found") from exc
+
     async def delete_session(self, request: Request) -> Response:
         sid = _named_session(request)
         if not self.service.close_session(sid):
@@ -266,6 +278,7 @@ CONTROL_ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("/s/{session}", "POST", FaceHandlers.open_session, "chat"),
     RouteSpec("/s/{session}", "DELETE", FaceHandlers.delete_session, "chat"),
     RouteSpec("/s/{session}/feedback", "POST", FaceHandlers.feedback, "chat"),
+    RouteSpec("/s/{session}/said", "POST", FaceHandlers.said, "chat"),
 )
 """The control face's own routes (after the model routes; ``GET /healthz`` comes first)."""
 

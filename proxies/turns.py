@@ -7,7 +7,9 @@ sink that writes durably makes "the client saw the whole reply" imply "the turn 
 that raises turns the call into a 503 the client sees: a turn is never acknowledged unstored.
 
 The control face's ``POST /s/{session}/feedback`` hands the body (:class:`FeedbackBody`) to the same
-sink. Both live here so the proxy need not import what implements them (lego.learn imports this).
+sink, and ``POST /s/{session}/said`` (:class:`SaidBody`: a message the person's side is about to
+send their harness, recorded so their words can be told from user-role text anything else put in a
+request). Both live here so the proxy need not import what implements them (lego.learn imports this).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CompletedTurn", "FeedbackBody", "TurnSink"]
+__all__ = ["CompletedTurn", "FeedbackBody", "SaidBody", "TurnSink"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,14 @@ class FeedbackBody(BaseModel):
     text: str = ""
 
 
+class SaidBody(BaseModel):
+    """``POST /s/{session}/said``: a message the person sends their harness, reported by their side first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1)
+
+
 class TurnSink(Protocol):
     """Keeps completed turns and feedback (see the module docstring). ``session_key`` is the key the
     harness sent (the session's token): never written, and redacted wherever it is echoed."""
@@ -69,3 +79,5 @@ class TurnSink(Protocol):
     async def turn_completed(self, turn: CompletedTurn, session_key: str) -> None: ...
 
     async def feedback(self, session_id: str, body: FeedbackBody) -> dict[str, Any]: ...
+
+    async def said(self, session_id: str, body: SaidBody) -> dict[str, Any]: ...

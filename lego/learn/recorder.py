@@ -31,7 +31,7 @@ from typing import Any
 from lego.learn.records import TokenRecord, TurnRecord
 from lego.learn.redact import Redactor
 from lego.learn.store import TurnStore
-from lego.proxies.turns import CompletedTurn, FeedbackBody
+from lego.proxies.turns import CompletedTurn, FeedbackBody, SaidBody
 
 __all__ = ["LearnRecorder", "redact_turn"]
 
@@ -112,6 +112,15 @@ class LearnRecorder:
 
     async def feedback(self, session_id: str, body: FeedbackBody) -> dict[str, Any]:
         return await asyncio.get_running_loop().run_in_executor(self._writer, self.add_feedback, session_id, body)
+
+    def add_said(self, session_id: str, body: SaidBody) -> dict[str, Any]:
+        """Keep (redacted) what the person's side says it sends; a private session keeps nothing."""
+        text, _ = self.redactor.redact(body.text)
+        said = self.store.add_said(session_id, text)
+        return {"session_id": session_id, "kept": said is not None}
+
+    async def said(self, session_id: str, body: SaidBody) -> dict[str, Any]:
+        return await asyncio.get_running_loop().run_in_executor(self._writer, self.add_said, session_id, body)
 
     def close(self) -> None:
         self._writer.shutdown(wait=True)

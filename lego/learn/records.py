@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Feedback", "SessionRow", "TokenRecord", "TurnRecord", "Verdict", "VerdictStatus"]
+__all__ = ["Feedback", "Said", "SessionRow", "TokenRecord", "TurnRecord", "Verdict", "VerdictStatus"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,17 @@ class Feedback:
     session_id: str
     turn: int
     score: int
+    text: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class Said:
+    """A message the person sent to their harness, as their side reported it on the control face
+    (``POST /s/{session}/said``) before handing it over: what tells their words from a user-role
+    message anything else put in a request (see :mod:`lego.learn.signals`)."""
+
+    session_id: str
     text: str
     created_at: float
 

@@ -18,7 +18,8 @@ server serves only sessions someone opened, and records only registered ones. Ke
 as the server process (they are never written, only compared); after a restart, open new ones.
 
 **The two faces.** The model face is the harnesses' (TCP, loopback by default; the key grants one
-session's model routes and nothing else). The control face -- sessions, trajectories, feedback --
+session's model routes and nothing else). The control face -- sessions, trajectories, feedback,
+what the person said (:meth:`ControlClient.said`) --
 is a Unix socket in the serve directory, which is created ``0700``: only its owner reaches it or
 the database. ``serve.json`` there says where the model face listens (no secrets), for the CLI.
 One server per directory (a lock file); sessions the control face opens are ``strict_sessions``
@@ -229,6 +230,15 @@ class ControlClient:
         if r.status_code != 200:
             raise LegoError(f"feedback refused: {r.status_code} {r.text}")
         return dict(r.json())
+
+    def said(self, session_id: str, text: str) -> bool:
+        """Report a message the person is about to send their harness in this session (before sending it):
+        the judge then takes a user-role message of a later request as theirs only if it holds one of
+        these (:mod:`lego.learn.signals`). False: a private session, which keeps nothing."""
+        r = self.http.post(f"/s/{session_id}/said", json={"text": text})
+        if r.status_code != 200:
+            raise LegoError(f"lego serve refused what was said in session {session_id!r}: {r.status_code} {r.text}")
+        return bool(r.json()["kept"])
 
     def close(self) -> None:
         self.http.close()

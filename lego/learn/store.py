@@ -29,6 +29,11 @@ from every file of the database, not just unreachable.
 logprobs as little-endian float64 blobs (a 20k-token prompt is 80 kB). A turn whose text held a
 secret has no token ids at all (``tokens`` is None; see :mod:`lego.learn.recorder`).
 
+**The person's words.** ``said`` keeps, per session, each message the person's side reported on the
+control face before sending it (redacted like a turn, none for a private session, deleted with
+the session and by retention): what tells their messages from user-role text that anything else
+(the agent, through its sandbox) put in a request. :mod:`lego.learn.signals` reads it.
+
 **Verdicts.** A judge's :class:`~lego.learn.records.Verdict` is a row beside its turn (``verdicts``:
 judge, status, score or NULL, the rules that fired, the inputs as JSON, the model's raw reply),
 written already redacted like a turn, deleted with it (purge, retention).
@@ -38,7 +43,9 @@ migrates it in place, in one transaction (:data:`_MIGRATIONS`), so a database wr
 earlier lego stays readable with everything in it. Version 2 added the verdicts table and the
 sessions' ``ended_at``; version 3 each turn's per-token versions and sampling temperature, and the
 ``learned`` table (which turns the learner used, at which step: :mod:`lego.conductor.serve_learner`);
-version 4 the top-p / top-k each turn was sampled under. A newer file than this lego knows is refused, never rewritten.
+version 4 the top-p / top-k each turn was sampled under; version 5 the ``said`` table (what the
+person's side reported saying, :meth:`SqliteStore.add_said`). A newer file than this lego knows is
+refused, never rewritten.
 
 ``SqliteStore(":memory:")`` is the test double: the same code, no file.
 """
@@ -58,7 +65,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lego.errors import LegoError
-from lego.learn.records import Feedback, SessionRow, TokenRecord, TurnRecord, Verdict
+from lego.learn.records import Feedback, Said, SessionRow, TokenRecord, TurnRecord, Verdict
 
 __all__ = ["NotRecordedError", "SqliteStore", "TurnStore"]
 
@@ -81,6 +88,10 @@ class TurnStore(Protocol):
     def count_private_turn(self, session_id: str) -> None: ...
 
     def add_feedback(self, session_id: str, turn: int | None, score: int, text: str) -> Feedback: ...
+
+    def add_said(self, session_id: str, text: str) -> Said | None: ...
+
+    def said(self, session_id: str) -> list[Said]: ...
 
     def end_session(self, session_id: str) -> bool: ...
 
@@ -162,6 +173,13 @@ CREATE TABLE IF NOT EXISTS verdicts (
     FOREIGN KEY (session_id, turn) REFERENCES turns(session_id, idx) ON DELETE CASCADE
 );
 CREATE INDEX IF NOT EXISTS verdicts_turn ON verdicts(session_id, turn);
+CREATE TABLE IF NOT EXISTS said (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS said_session ON said(session_id);
 CREATE TABLE IF NOT EXISTS learned (
     session_id TEXT NOT NULL,
     turn INTEGER NOT NULL,
@@ -173,7 +191,7 @@ CREATE TABLE IF NOT EXISTS learned (
     FOREIGN KEY (session_id, turn) REFERENCES turns(session_id, idx) ON DELETE CASCADE
 );
 """
-_VERSION = 4
+_VERSION = 5
 
 _MIGRATIONS: dict[int, str] = {
     1: "ALTER TABLE sessions ADD COLUMN ended_at REAL;",
@@ -416,6 +434,32 @@ class SqliteStore:
             )
         return fb
 
+    def add_said(self, session_id: str, text: str) -> Said | None:
+        """Keep a (redacted) message the person's side reports sending to their harness; None for a
+        private session (nothing of it is kept). KeyError: no such session."""
+        with self._lock:
+            row = self._db.execute("SELECT private FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no recorded session {session_id!r}; `lego serve session list` shows them")
+            if row[0]:
+                return None
+            said = Said(session_id=session_id, text=text, created_at=time.time())
+            self._db.execute(
+                "INSERT INTO said (session_id, text, created_at) VALUES (?, ?, ?)",
+                (said.session_id, said.text, said.created_at),
+            )
+        return said
+
+    def said(self, session_id: str) -> list[Said]:
+        """What the person's side reported saying in the session, oldest first (never a private session's)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT d.session_id, d.text, d.created_at FROM said d JOIN sessions s ON s.id = d.session_id "
+                "WHERE d.session_id = ? AND s.private = 0 ORDER BY d.id",
+                (session_id,),
+            ).fetchall()
+        return [Said(*r) for r in rows]
+
     def add_verdict(self, verdict: Verdict) -> None:
         """Keep a judge's (redacted) verdict beside its turn. KeyError: no such turn (or a private session's)."""
         with self._lock:
@@ -579,10 +623,12 @@ class SqliteStore:
         return int(n)
 
     def delete_before(self, cutoff: float) -> int:
-        """Retention: delete turns (and their feedback and verdicts) written before ``cutoff`` (a Unix time), and
-        sessions registered before it that have no turns left; returns the turns deleted."""
+        """Retention: delete turns (and their feedback and verdicts) and the person's messages written before
+        ``cutoff`` (a Unix time), and sessions registered before it that have no turns left; returns the
+        turns deleted."""
         with self._lock:
             n = self._db.execute("DELETE FROM turns WHERE created_at < ?", (cutoff,)).rowcount
+            self._db.execute("DELETE FROM said WHERE created_at < ?", (cutoff,))
             self._db.execute(
                 "DELETE FROM sessions WHERE created_at < ? AND NOT EXISTS "
                 "(SELECT 1 FROM turns t WHERE t.session_id = sessions.id)",

@@ -189,6 +189,34 @@ def test_feedback_round_trips_through_the_control_face_and_the_cli(served: Any) 
     assert by_turn == {0: [(-1, "wrong; it printed [REDACTED:github_token]"), (-1, "")], 1: [(1, "that fixed it")]}
 
 
+def test_what_the_person_said_is_kept_redacted_per_session_and_never_for_a_private_one(
+    served: Any, store_bytes: Any
+) -> None:
+    """``POST /s/{session}/said`` (ControlClient.said): the person's side reports each message before sending
+    it; kept redacted, oldest first, nothing for a private session, gone with a purge; the model face has no
+    such route (an agent cannot vouch for its own words)."""
+    server, _, client = served
+    opened = client.new_session(private=False)
+    sid = opened.row.id
+    assert client.said(sid, "fix the parser") and client.said(sid, f"It still fails; my token is {GITHUB}")
+    private = client.new_session(private=True)
+    assert client.said(private.row.id, "private-said-marker") is False
+    assert client.http.post(f"/s/{sid}/said", json={"text": ""}).status_code == 400
+    assert client.http.post("/s/nosuch/said", json={"text": "x"}).status_code == 404
+    own = httpx.post(
+        f"{server.model_url}/s/{sid}/said", headers={"authorization": f"Bearer {opened.key}"}, json={"text": "thanks"}
+    )
+    assert own.status_code in (404, 405)
+    store = store_of(server)
+    assert [s.text for s in store.said(sid)] == [
+        "fix the parser",
+        "It still fails; my token is [REDACTED:github_token]",
+    ]
+    assert store.said(private.row.id) == [] and b"private-said-marker" not in store_bytes(server.dir)
+    assert GITHUB.encode() not in store_bytes(server.dir)
+    assert store.purge(sid) == 1 and store.said(sid) == [] and b"fix the parser" not in store_bytes(server.dir)
+
+
 def test_export_and_purge_from_the_cli(served: Any, tmp_path: Path, store_bytes: Any) -> None:
     server, engine, client = served
     keep = client.new_session(private=False, label="keep")

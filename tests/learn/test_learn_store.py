@@ -188,15 +188,16 @@ def test_a_version_1_database_is_migrated_in_place_and_keeps_everything(tmp_path
     store.add_verdict(verdict("old", 0))
     assert store.end_session("old") and not store.end_session("old")
     store.close()
-    store = SqliteStore(path)  # reopened: version 4 now, nothing migrated twice
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+    store = SqliteStore(path)  # reopened: version 5 now, nothing migrated twice
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 5
+    assert store.add_said("old", "it still fails") is not None  # version 5's table is there
     (t,) = store.iter_turns()
     assert (t.temperature, t.top_p, t.top_k) == (None, None, None)  # unrecorded stays unknown, never made up
     assert [(v.judge, v.score, v.rules) for v in t.verdicts] == [("rules", 0.5, ("tests_pass",))]
     assert store.sessions()[0].ended_at is not None
     store.close()
     sqlite3.connect(path).execute("PRAGMA user_version=9").connection.commit()
-    with pytest.raises(LegoError, match="version 9; this lego reads versions up to 4"):
+    with pytest.raises(LegoError, match="version 9; this lego reads versions up to 5"):
         SqliteStore(path)
 
 
