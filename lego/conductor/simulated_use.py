@@ -14,6 +14,9 @@ face), wait until the agent says it is done, then run the repo's **visible** tes
 conversation (:class:`lego.seams.Conversing`: lego-agent's own resume, or mini-swe-agent's own prompt
 when it wants to finish, its process kept waiting with its stdin open): a re-query with the
 failing tests' report when they fail (:data:`REQUERY`), thanks when they pass (:data:`THANKS`).
+Before the harness gets any of their messages (the ask included), they report it on the control
+face (``said``): what tells their words from user messages the agent writes into its own harness's
+conversation (:mod:`lego.learn.signals`).
 After ``rounds`` re-queries, or the thanks, they quit the harness (:meth:`Conversing.end`) and close
 the session (`lego serve session end`). A harness that exited on its own (its step limit) takes no
 answer: the session ends there, the answer recorded as unheard.
@@ -193,7 +196,11 @@ class UseDriver:
         self, task: Task, harness: Conversing, sandbox: Sandbox, prepared: PreparedRun, record: SessionRecord
     ) -> None:
         """The ask, then per round: the person's test run and their answer, until the thanks, the last
-        re-query, or a harness that exited and can take no answer (recorded in ``record.unheard``)."""
+        re-query, or a harness that exited and can take no answer (recorded in ``record.unheard``).
+        Each message is reported on the control face before the harness gets it (``said``): the judge
+        takes a user message as the person's only if it holds one (the agent can write user messages
+        into its harness's conversation; :mod:`lego.learn.signals`)."""
+        self.control.said(record.session_id, task.problem_statement)
         result = harness.converse(task, sandbox, prepared, self.limits)
         record.attempts, record.ended = 1, [result.reason]
         last = HarnessLimits(max_turns=1, timeout_s=self.limits.timeout_s)
@@ -206,6 +213,7 @@ class UseDriver:
             final = record.green or round_ == self.rounds
             # The person's last words still reach the agent (a real harness sends them): that request
             # is what puts them in the next state of the turn before.
+            self.control.said(record.session_id, message)
             answered = harness.reply(sandbox, prepared, last if final else self.limits, message)
             if answered is None:  # the harness had exited (its step limit, a crash): the conversation is over
                 record.unheard = message

@@ -92,7 +92,8 @@ def pick_turns(
         for turn in turns:
             by_session.setdefault(turn.session_id, []).append(turn)
         for sid, of_session in by_session.items():
-            states.update({(sid, st.turn): st for st in session_signals(of_session, ended=ended.get(sid, False))})
+            of_states = session_signals(of_session, ended=ended.get(sid, False), said=store.said(sid))
+            states.update({(sid, st.turn): st for st in of_states})
     newest: dict[tuple[str, int], float | None] = {}
     for v in store.verdicts(judge=judge):
         newest[(v.session_id, v.turn)] = v.score  # written oldest first: the last one wins

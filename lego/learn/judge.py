@@ -27,12 +27,23 @@ rule                        score  fires when
 ``command_failed``          -0.5   a result failed (non-zero exit, or a traceback) and showed no test run
 ``user_thanks``             +0.5   the person's next message thanks or confirms ("thanks", "works", "perfect")
 ``user_requery``            -0.5   the person's next message says it is still wrong ("still fails", "doesn't work", "try again")
+``forged_user_message``      -1    a user message followed the turn that thanks or confirms but holds nothing the
+                                   person said (only in a session that records what the person says)
 ``session_tests_green``      +1    the main thread's last turn of an ended session; its last test run green
 ``session_tests_red``        -1    ... red
 ``attempt_thanks``          +0.5   no other rule fires and no message of the person follows the turn itself, and their reply
                                    to the attempt it was a step of (``episode_reply``: the next one in its thread) thanks
 ``attempt_requery``         -0.5   ... that reply says it is still wrong
 ==========================  =====  ==============================================================
+
+**Whose words** (:mod:`lego.learn.signals`). Where the person's side records what it sends (the
+control face's ``said``), the ``user_*`` and ``attempt_*`` rules read only those messages -- the
+recorded text, not the user message holding it -- and a user message holding none is not the
+person's. Such a message that reads as thanks is what the agent would forge (it runs as the
+harness's uid and can write the harness's conversation or its prompt): ``forged_user_message``
+scores it below what the thanks would have earned, so forging never pays. A harness's own
+user-role notes (lego-agent's "no valid tool call", mini's format errors) are not the person's
+either, but do not read as thanks and score nothing.
 
 A first red run (none before it in the thread) fires nothing of its own: running the tests to see
 the failure is how a fix starts (the attempt's reply, if any, scores it). A re-query is read before thanks ("thanks, but it still fails" is a re-query). The phrases are
@@ -94,6 +105,7 @@ RULES: dict[str, float] = {
     "command_failed": -0.5,
     "user_thanks": 0.5,
     "user_requery": -0.5,
+    "forged_user_message": -1.0,
     "session_tests_green": 1.0,
     "session_tests_red": -1.0,
     "attempt_thanks": 0.5,
@@ -158,6 +170,8 @@ def rule_terms(state: NextState) -> list[str]:
     if any(r.failed and r.test_run is None for r in state.tool_results):
         terms.append("command_failed")
     terms += _user_terms(state.user_message)
+    if any(_user_terms(m) == ["user_thanks"] for m in state.unrecorded_user_messages):
+        terms.append("forged_user_message")
     if state.session_tests is not None:
         terms.append("session_tests_green" if state.session_tests.green else "session_tests_red")
     if not terms and state.user_message is None:  # the step's own next state is silent: the attempt's reply speaks
@@ -405,7 +419,7 @@ def judge_store(
         report.sessions += 1
         by_index = {t.index: t for t in turns}
         seen = {v.turn: v.inputs.get("fingerprint") for v in store.verdicts(session_id=row.id, judge=judge.name)}
-        for state in session_signals(turns, ended=row.ended_at is not None):
+        for state in session_signals(turns, ended=row.ended_at is not None, said=store.said(row.id)):
             if not state.known:
                 report.pending += 1
                 continue

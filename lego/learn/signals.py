@@ -1,9 +1,11 @@
 """Next-state signals: for each recorded turn, what followed it -- read from what the store already holds.
 
     row = store.session("s-1")
-    for state in session_signals(list(store.iter_turns(session_id="s-1")), ended=row.ended_at is not None):
+    turns = list(store.iter_turns(session_id="s-1"))
+    for state in session_signals(turns, ended=row.ended_at is not None, said=store.said("s-1")):
         state.tool_results     # each result answering the reply's calls: exit code, test run, traceback
         state.user_message     # what the person said next (None: nothing, or the session ended)
+        state.unrecorded_user_messages  # user-role text that followed and that the person never said
         state.feedback         # their explicit verdicts on the turn
         state.tests_before     # the last test run the thread had seen before (red -> green needs it)
         state.session_tests    # end of session: the last test run, on the main thread's last turn
@@ -41,6 +43,21 @@ API's id), else by position among the calls not yet answered. mini-swe-agent's t
 back as a user message ``<returncode>N</returncode><output>...``: that is read as the result of
 the reply's action, not as the person speaking.
 
+**Whose words.** A harness sends the person's messages as ``user`` messages, but the agent runs in
+the harness's sandbox as the harness's own uid: it can put a ``user`` message in the harness's next
+request that the person never wrote (lego-agent's conversation file is the agent's to edit; a
+process that takes over mini-swe-agent can type at its prompt). So when the person's side reports
+what it sends (``said``: the control face's ``POST /s/{session}/said``, which the simulated person
+always uses, :meth:`~lego.learn.store.SqliteStore.said`), a user message that followed a turn is the
+person's only when it holds one of those messages (whitespace and control characters aside:
+harnesses add prefixes, such as mini's "The user added a new task: ") that was recorded before the
+request carrying it, each recorded message taken once, in the order requests came; ``user_message``
+is then the *recorded* text, not the message (words appended to a real message are not the
+person's). A user message holding none is not the person's: it is kept in
+``unrecorded_user_messages`` (a harness's own notes land there too) and no person's rule reads it.
+A session with nothing recorded (a person typing into an unmodified harness) reads user messages
+as before: the first one that followed is the person's.
+
 **What is read from a result** (:mod:`lego.learn.tool_output`): an exit code, a test run, the last
 Python traceback. A person's message is kept as they wrote it, less Claude Code's
 ``<system-reminder>`` blocks (the harness's, not theirs).
@@ -50,11 +67,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from lego.learn.records import Feedback, TurnRecord
+from lego.learn.records import Feedback, Said, TurnRecord
 from lego.learn.tool_output import PyTraceback, TestRun, exit_code, parse_test_run, parse_traceback
 
 __all__ = ["NextState", "ToolCall", "ToolResult", "result_text", "session_signals"]
@@ -116,7 +134,9 @@ class NextState:
     ended session, the test run its last tool results showed (the end state), else None.
     ``episode_reply``: for a turn whose own next state holds no message of the person, the first one
     that came later in its thread -- the reply to the attempt this turn was a step of (the edit
-    before the agent said "done" is what the person's "still fails" is about), else None."""
+    before the agent said "done" is what the person's "still fails" is about), else None.
+    ``unrecorded_user_messages``: the user messages that followed the turn and hold none of the
+    person's recorded messages (only in a session that records them; see the module docstring)."""
 
     session_id: str
     turn: int
@@ -132,6 +152,7 @@ class NextState:
     tests_before: TestRun | None
     session_tests: TestRun | None = None
     episode_reply: str | None = None
+    unrecorded_user_messages: tuple[str, ...] = ()
 
     @property
     def known(self) -> bool:
@@ -164,6 +185,8 @@ class NextState:
         }
         if self.episode_reply is not None:  # absent rather than null: older verdicts' fingerprints hold
             out["episode_reply"] = self.episode_reply
+        if self.unrecorded_user_messages:  # likewise absent when there are none
+            out["unrecorded_user_messages"] = [_excerpt(m, excerpt) for m in self.unrecorded_user_messages]
         return out
 
 
@@ -271,14 +294,55 @@ def _following(turn: TurnRecord, after: TurnRecord) -> list[dict[str, Any]] | No
     return out
 
 
+def _normalized(text: str) -> str:
+    """``text`` with control characters dropped and whitespace runs as one space (how a harness may
+    pass a message on: mini types it at its prompt, tabs as spaces, control characters gone, stripped)."""
+    kept = "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) != "Cc")
+    return " ".join(kept.split())
+
+
+class _Person:
+    """What the person's side recorded saying in one session (see the module docstring): each message is
+    found in at most one user message, one recorded before the request that carried it."""
+
+    def __init__(self, said: Sequence[Said]) -> None:
+        self._said = [(_normalized(s.text), s.text, s.created_at) for s in said]
+        self._said = [x for x in self._said if x[0]]
+        self._taken = [False] * len(self._said)
+
+    def __bool__(self) -> bool:
+        return bool(self._said)
+
+    def take(self, message: str, at: float) -> str | None:
+        """The recorded message ``message`` holds (the longest, recorded by ``at``, not taken before), taken; None: none."""
+        text = _normalized(message)
+        found = [
+            i
+            for i, (norm, _, created) in enumerate(self._said)
+            if not self._taken[i] and created <= at and norm in text
+        ]
+        if not found:
+            return None
+        best = max(found, key=lambda i: (len(self._said[i][0]), -i))
+        self._taken[best] = True
+        return self._said[best][1]
+
+
 def _read_following(
-    api: str, calls: tuple[ToolCall, ...], messages: list[dict[str, Any]]
-) -> tuple[tuple[ToolResult, ...], str | None]:
-    """The results answering ``calls`` and the person's next message, from the messages that followed."""
+    api: str,
+    calls: tuple[ToolCall, ...],
+    messages: list[dict[str, Any]],
+    person: _Person | None = None,
+    at: float = 0.0,
+) -> tuple[tuple[ToolResult, ...], str | None, tuple[str, ...]]:
+    """The results answering ``calls``, the person's next message and the user messages that are not
+    theirs, from the messages that followed. ``person``: what the session recorded the person saying
+    (None or empty: the first user message is theirs), ``at`` the time of the request that carried them."""
     by_id = {c.id: c for c in calls}
     answered: set[str] = set()
     results: list[ToolResult] = []
     user: str | None = None
+    unrecorded: list[str] = []
     for m in messages:
         role = m.get("role")
         if role == "tool":
@@ -290,15 +354,23 @@ def _read_following(
             if call is not None:
                 answered.add(call.id)
             results.append(_tool_result(api, m.get("content"), call, how))
-        elif role == "user" and user is None:
+        elif role == "user" and (user is None or person):
             text = _content_text(m.get("content"))
             if not calls and not results and _OBSERVATION.match(text):
                 results.append(_tool_result(api, text, None, "observation"))
                 continue
             spoken = _SYSTEM_REMINDER.sub("", text).strip()
-            if spoken:
+            if not spoken:
+                continue
+            if not person:
                 user = spoken
-    return tuple(results), user
+                continue
+            recorded = person.take(spoken, at)
+            if recorded is None:
+                unrecorded.append(spoken)
+            elif user is None:
+                user = recorded.strip()
+    return tuple(results), user, tuple(unrecorded)
 
 
 class _TestsSeen:
@@ -322,43 +394,48 @@ class _TestsSeen:
         return None
 
 
-def session_signals(turns: Iterable[TurnRecord], *, ended: bool) -> list[NextState]:
+def session_signals(turns: Iterable[TurnRecord], *, ended: bool, said: Sequence[Said] = ()) -> list[NextState]:
     """The next state of every turn of one session (``turns`` as :meth:`~lego.learn.store.SqliteStore.iter_turns`
-    yields them), in turn order; ``ended``: the session is over (its key revoked)."""
+    yields them), in turn order; ``ended``: the session is over (its key revoked); ``said``: what the
+    person's side recorded saying in it (:meth:`~lego.learn.store.SqliteStore.said`; see the module docstring)."""
     ordered = sorted(turns, key=lambda t: t.index if t.index is not None else -1)
     by_thread: dict[str, list[TurnRecord]] = {}
     for t in ordered:
         by_thread.setdefault(t.thread, []).append(t)
+    pairs = [(t, th[k + 1] if k + 1 < len(th) else None) for th in by_thread.values() for k, t in enumerate(th)]
+    # The person's recorded messages are taken in the order the requests carrying them came.
+    pairs.sort(key=lambda pair: -1 if pair[1] is None or pair[1].index is None else pair[1].index)
+    person = _Person(said)
     seen = _TestsSeen()
     states: dict[int, NextState] = {}
-    for thread in by_thread.values():
-        for k, turn in enumerate(thread):
-            after = thread[k + 1] if k + 1 < len(thread) else None
-            calls = _calls(turn.reply)
-            results: tuple[ToolResult, ...] = ()
-            user: str | None = None
-            if after is None:
-                status: NextStateStatus = "ended" if ended else "pending"
-            else:
-                following = _following(turn, after)
-                status = "unmatched" if following is None else "followed"
-                if following is not None:
-                    results, user = _read_following(turn.api, calls, following)
-            assert turn.index is not None, "session_signals reads turns from the store (each has its index)"
-            states[turn.index] = NextState(
-                session_id=turn.session_id,
-                turn=turn.index,
-                thread=turn.thread,
-                main=turn.main,
-                api=turn.api,
-                status=status,
-                next_turn=None if after is None else after.index,
-                tool_calls=calls,
-                tool_results=results,
-                user_message=user,
-                feedback=turn.feedback,
-                tests_before=seen.last(turn.api, turn.messages),
-            )
+    for turn, after in pairs:
+        calls = _calls(turn.reply)
+        results: tuple[ToolResult, ...] = ()
+        user: str | None = None
+        unrecorded: tuple[str, ...] = ()
+        if after is None:
+            status: NextStateStatus = "ended" if ended else "pending"
+        else:
+            following = _following(turn, after)
+            status = "unmatched" if following is None else "followed"
+            if following is not None:
+                results, user, unrecorded = _read_following(turn.api, calls, following, person, after.created_at)
+        assert turn.index is not None, "session_signals reads turns from the store (each has its index)"
+        states[turn.index] = NextState(
+            session_id=turn.session_id,
+            turn=turn.index,
+            thread=turn.thread,
+            main=turn.main,
+            api=turn.api,
+            status=status,
+            next_turn=None if after is None else after.index,
+            tool_calls=calls,
+            tool_results=results,
+            user_message=user,
+            feedback=turn.feedback,
+            tests_before=seen.last(turn.api, turn.messages),
+            unrecorded_user_messages=unrecorded,
+        )
     _end_state(states, by_thread, ended)
     _episode_replies(states, by_thread)
     return [states[i] for i in sorted(states)]

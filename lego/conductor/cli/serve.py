@@ -378,13 +378,14 @@ def turns(ctx: click.Context, session_id: str, as_json: bool) -> None:
     try:
         row = store.session(session_id)
         records = list(store.iter_turns(session_id=session_id))
+        said = store.said(session_id)
     finally:
         store.close()
     if row is None:
         raise click.ClickException(f"no session {session_id!r} in the store; `lego serve session list` shows them")
     if row.private:
         raise click.ClickException(f"session {session_id!r} is private: its turns were never written")
-    states = {s.turn: s for s in session_signals(records, ended=row.ended_at is not None)}
+    states = {s.turn: s for s in session_signals(records, ended=row.ended_at is not None, said=said)}
     for t in records:
         assert t.index is not None
         state = states[t.index]
@@ -417,6 +418,8 @@ def _next_line(state: Any) -> str:
         parts.append("result: " + (", ".join(b for b in bits if b) or "no exit code"))
     if state.user_message:
         parts.append(f"person: {' '.join(state.user_message.split())[:60]!r}")
+    for m in state.unrecorded_user_messages:
+        parts.append(f"NOT the person (never said): {' '.join(m.split())[:60]!r}")
     parts += [f"feedback {f.score:+d}" for f in state.feedback]
     if state.session_tests is not None:
         parts.append(f"end: {state.session_tests.summary}")
