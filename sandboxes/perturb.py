@@ -32,9 +32,11 @@ Host-side only (the host's Python parses the tests; nothing here runs in a sandb
 from __future__ import annotations
 
 import ast
+import io
 import re
 import secrets
 import string
+import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -565,7 +567,7 @@ def perturb_token(token: str, rng: secrets.SystemRandom) -> str | None:
             return None
         new_text = repr(old + rng.choice((-1.0, 1.0)) * max(1.0, abs(old) / 2))
     elif isinstance(old, str | bytes):
-        m = _STRING_TOKEN.match(token)
+        m = _STRING_TOKEN.match(token) if _one_string_token(token) else None
         if m is None:
             return None  # implicit concatenation of several strings: left alone
         prefix, quote, body = m.groups()
@@ -575,11 +577,25 @@ def perturb_token(token: str, rng: secrets.SystemRandom) -> str | None:
         new_text = f"{prefix}{quote}{body}{quote}"
     else:
         return None
+    if isinstance(old, str | bytes) and not _one_string_token(new_text):
+        return None
     try:
         new = pyast.literal_eval(new_text)
     except (ValueError, SyntaxError):
         return None
     return new_text if type(new) is type(old) and new != old else None
+
+
+def _one_string_token(text: str) -> bool:
+    """Whether ``text`` is exactly one string token: ``"A" "B"`` (implicit concatenation) matches
+    :data:`_STRING_TOKEN` as one string whose body is ``A" "B``, and a change between its tokens (a
+    ``#``) could turn the rest of the assert's line into a comment."""
+    try:
+        kinds = [t.type for t in tokenize.generate_tokens(io.StringIO(text).readline)]
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    ends = (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER)
+    return bool(kinds) and kinds[0] == tokenize.STRING and all(k in ends for k in kinds[1:])
 
 
 def plan_perturbations(plans: list[FilePlan], functions: set[tuple[str, str]], runs: int = 2) -> None:

@@ -159,3 +159,41 @@ def test_every_constant_of_a_dict_or_tuple_changes_a_set_one() -> None:
         assert all(a != b for a, b in zip((4, 5, 6, "z"), new_tuple, strict=True))
         new_set = _compared(tree, "test_set")
         assert new_set != {7, 8, 9} and len({7, 8, 9} - new_set) == 1
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        '"isodate.duration.Duration(10, 10, 0," " years=10, months=10)"',  # isodate 0.7.2's test_repr
+        "'a b' 'c d'",
+        "b'x, y' b' z'",
+    ],
+)
+def test_an_implicit_concatenation_is_left_alone_never_rewritten_across_its_tokens(token: str) -> None:
+    """Seen once in 241 oracle samples: the regex read `"A" "B"` as one string whose body is `A" "B`, so
+    the space between the two tokens could become `#`, which turned the rest of the assert's line into
+    a comment (`assert "A"#...` passes, its witness never runs): the gold patch was zeroed as tampering."""
+    import secrets
+
+    from lego.sandboxes.perturb import perturb_token
+
+    rng = secrets.SystemRandom()
+    assert {perturb_token(token, rng) for _ in range(300)} == {None}
+
+
+def test_a_perturbed_string_is_one_string_token_of_the_same_kind() -> None:
+    import io
+    import secrets
+    import tokenize
+
+    from lego.sandboxes.perturb import perturb_token
+
+    rng = secrets.SystemRandom()
+    for token in ('"1 month, 0:00:00"', "'a#b c'", 'r"x\\d+ y"', "b'k=v; w'", '"""two\nlines"""'):
+        for _ in range(200):
+            new = perturb_token(token, rng)
+            assert new is not None
+            kinds = [t.type for t in tokenize.generate_tokens(io.StringIO(new).readline)]
+            assert kinds[0] == tokenize.STRING and all(
+                k in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER) for k in kinds[1:]
+            ), new
