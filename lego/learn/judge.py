@@ -272,21 +272,10 @@ def _reply_text(turn: TurnRecord) -> str:
     return "\n".join(line for line in lines if line) or "(empty reply)"
 
 
-def _last_ask(turn: TurnRecord) -> str:
-    for m in reversed(turn.messages):
-        if m.get("role") == "user":
-            content = m.get("content")
-            if isinstance(content, list):
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            if str(content or "").strip():
-                return str(content).strip()
-    return "(none)"
-
-
 def judge_messages(turn: TurnRecord, state: NextState, excerpt: int = 2000) -> list[dict[str, str]]:
     """The model judge's prompt for one turn (kept in the verdict's inputs)."""
     body = (
-        f"THE PERSON LAST ASKED:\n{_last_ask(turn)}\n\n"
+        f"THE PERSON LAST ASKED:\n{state.asked or '(none)'}\n\n"
         f"THE AGENT'S REPLY:\n{_reply_text(turn)}\n\n"
         f"NEXT STATE (JSON):\n{json.dumps(state.to_json(excerpt), indent=1, ensure_ascii=False)}"
     )

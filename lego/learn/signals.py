@@ -10,6 +10,7 @@
         state.tests_before     # the last test run the thread had seen before (red -> green needs it)
         state.session_tests    # end of session: the last test run, on the main thread's last turn
         state.episode_reply    # the person's reply to the attempt this turn was a step of
+        state.asked            # what the person last asked before the turn (their words only)
 
 **Where a next state is.** A turn's request carries the thread's conversation so far. The reply
 went back to the harness, which acted on it and sent the thread's next request with the reply and
@@ -136,7 +137,10 @@ class NextState:
     that came later in its thread -- the reply to the attempt this turn was a step of (the edit
     before the agent said "done" is what the person's "still fails" is about), else None.
     ``unrecorded_user_messages``: the user messages that followed the turn and hold none of the
-    person's recorded messages (only in a session that records them; see the module docstring)."""
+    person's recorded messages (only in a session that records them; see the module docstring).
+    ``asked``: what the person last asked before the turn -- the last user message of the turn's own
+    request that is theirs (by the same rule), else None. Read from the turn, not from what followed,
+    so it is not part of :meth:`to_json` (a judge that shows it, shows it beside the state)."""
 
     session_id: str
     turn: int
@@ -153,6 +157,7 @@ class NextState:
     session_tests: TestRun | None = None
     episode_reply: str | None = None
     unrecorded_user_messages: tuple[str, ...] = ()
+    asked: str | None = None
 
     @property
     def known(self) -> bool:
@@ -306,8 +311,7 @@ class _Person:
     found in at most one user message, one recorded before the request that carried it."""
 
     def __init__(self, said: Sequence[Said]) -> None:
-        self._said = [(_normalized(s.text), s.text, s.created_at) for s in said]
-        self._said = [x for x in self._said if x[0]]
+        self._said = [(norm, s.text, s.created_at) for s in said if (norm := _normalized(s.text))]
         self._taken = [False] * len(self._said)
 
     def __bool__(self) -> bool:
@@ -326,6 +330,33 @@ class _Person:
         best = max(found, key=lambda i: (len(self._said[i][0]), -i))
         self._taken[best] = True
         return self._said[best][1]
+
+    def holds(self, message: str, at: float) -> str | None:
+        """The longest recorded message (recorded by ``at``) that ``message`` holds, taken or not; None: none."""
+        text = _normalized(message)
+        found = [i for i, (norm, _, created) in enumerate(self._said) if created <= at and norm in text]
+        return self._said[max(found, key=lambda i: (len(self._said[i][0]), -i))][1] if found else None
+
+
+def _asked(messages: list[dict[str, Any]], person: _Person, at: float) -> str | None:
+    """What the person last asked before a turn: the last user message of its request that is theirs
+    (with a record of what they said, the recorded text it holds; else the message, less the harness's
+    reminders), never a tool's observation (mini-swe-agent's results come as user messages)."""
+    for m in reversed(messages):
+        if m.get("role") != "user":
+            continue
+        text = _content_text(m.get("content"))
+        if _OBSERVATION.match(text):
+            continue
+        spoken = _SYSTEM_REMINDER.sub("", text).strip()
+        if not spoken:
+            continue
+        if not person:
+            return spoken
+        recorded = person.holds(spoken, at)
+        if recorded is not None:
+            return recorded.strip()
+    return None
 
 
 def _read_following(
@@ -435,6 +466,7 @@ def session_signals(turns: Iterable[TurnRecord], *, ended: bool, said: Sequence[
             feedback=turn.feedback,
             tests_before=seen.last(turn.api, turn.messages),
             unrecorded_user_messages=unrecorded,
+            asked=_asked(turn.messages, person, turn.created_at),
         )
     _end_state(states, by_thread, ended)
     _episode_replies(states, by_thread)
