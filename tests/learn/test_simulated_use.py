@@ -356,6 +356,15 @@ def test_bench_use_runs_its_phases_on_a_scripted_policy_and_reports_what_the_lea
     assert (out / "use.png").is_file() and report["heldout_checks"] == []
 
 
+def test_the_plot_shows_a_judge_s_negative_scores() -> None:
+    """Panel (c) of use.png: a step whose turns were mostly re-queried (mean score -0.5) is inside the range."""
+    from lego.conductor.bench.learn_plot import reward_limits
+
+    assert reward_limits([0.25, 1.0]) == (-0.02, 1.02)  # a pass rate, as `lego bench learn` plots it
+    low, high = reward_limits([-0.5, 0.0, float("nan"), -1.0])
+    assert low <= -1.0 and high >= 1.0
+
+
 # ---------------------------------------------------------------- forged thanks: the agent speaking as the person
 FORGED = THANKS  # what an agent gains most from putting in the person's mouth
 _THANKED = {"user_thanks", "attempt_thanks"}

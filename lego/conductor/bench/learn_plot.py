@@ -12,13 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_learn"]
+__all__ = ["plot_learn", "reward_limits"]
 
 
 def _errorbar(ax: Any, xs: list[float], ys: list[float], cis: list[tuple[float, float]], **kw: Any) -> None:
     lower = [y - lo for y, (lo, _) in zip(ys, cis, strict=True)]
     upper = [hi - y for y, (_, hi) in zip(ys, cis, strict=True)]
     ax.errorbar(xs, ys, yerr=[lower, upper], capsize=4, marker="o", **kw)
+
+
+def reward_limits(rewards: list[float]) -> tuple[float, float]:
+    """Panel (c)'s y range: [0, 1] for a grader's pass rate, [-1, 1] once a score is negative (a judge's
+    verdicts in `lego bench use`: a range cut at 0 would hide every step that was mostly re-queried)."""
+    return (-1.02 if any(r < 0 for r in rewards) else -0.02, 1.02)
 
 
 def plot_learn(report: dict[str, Any], path: Path) -> None:
@@ -94,11 +100,12 @@ def plot_learn(report: dict[str, Any], path: Path) -> None:
     ax.set(title="(b) held-out pass@k, each policy at its best temperature", xlabel="k", ylim=(-0.02, 1.02))
     steps = report.get("per_step") or []
     xs = [s["step"] for s in steps]
-    axes[1][0].plot(xs, [s["reward"] if s["reward"] is not None else float("nan") for s in steps], marker="o")
+    rewards = [s["reward"] if s["reward"] is not None else float("nan") for s in steps]
+    axes[1][0].plot(xs, rewards, marker="o")
     axes[1][0].set(
         title=f"(c) train reward (mean per step, T = {report.get('train_temperature', '?')})",
         xlabel="step",
-        ylim=(-0.02, 1.02),
+        ylim=reward_limits(rewards),
     )
     pear = [(s["step"], s["pearson"]) for s in steps if s["pearson"] is not None]
     ax = axes[1][1]
