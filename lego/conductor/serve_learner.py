@@ -21,16 +21,20 @@ each step's scores on their mean, ``running`` subtracts a moving average of past
 fails gets only negative advantages, which push down every sampled token, the tool-call format
 included (the first `lego bench use`: held-out 15.7% → 0/131 in 9 steps). The running baseline's
 state is saved in each checkpoint (``extra["baseline"]``), so a resume or ``--rollback N`` gets step
-N's exactly. Distillation's per-token advantages (``opd``) take no baseline; ``both`` centres the
-score part only.
+N's exactly. Distillation's per-token advantages (``opd``) take a baseline of their own (below);
+``both`` centres each part on its own.
 
 **Hindsight on-policy distillation** (``"opd"``, ``"both"``): the next state's directive part
 (:func:`lego.learn.judge.hindsight_hint`: the person's correction, the failing tests, the raised
 exception) is appended to the turn's conversation as a note (:data:`HINT_TEMPLATE`), rendered with
 the chat template: the teacher's context, the same policy. The *recorded* ids are scored under
 it and under their own prompt, by the trainer's current weights (no re-tokenisation: the same ids
-in both), and each token's advantage is log π_teacher − log π_student (times
-``serve.learn_opd_weight``; ``both`` adds the judge's score, centred as above). The loss takes per-token advantages
+in both), and each token's advantage is log π_teacher − log π_student, clipped to
+``serve.learn_opd_clip`` nats and centred on the step's mean over its hinted tokens
+(``serve.learn_opd_centre``: under the student's own samples the gap averages −KL(student ‖ teacher),
+so uncentred it pushes most sampled tokens down every step; measured so, the policy lost its
+tool-call format in 19 steps), times ``serve.learn_opd_weight``; ``both`` adds the judge's score,
+centred as above (:func:`opd_advantages`). The loss takes per-token advantages
 (:class:`~lego.algos.losses.LossInputs` ``token_advantages``). The trainer is ``lego train``'s: its fidelity
 gate (rollout-train probability correlation) checks the recorded logprobs before any weight moves,
 and the decoupled off-policy objective corrects tokens sampled by older weights, exactly as for
@@ -88,7 +92,7 @@ from lego.training.trainer import Trainer
 from lego.training.weight_sync import WeightSync, build_weight_sync
 from lego.types import Segment
 
-__all__ = ["HINT_TEMPLATE", "ServeLearner", "turn_item"]
+__all__ = ["HINT_TEMPLATE", "ServeLearner", "opd_advantages", "turn_item"]
 
 HINT_TEMPLATE = "[Hindsight: what happened after your reply]\n{hint}\nReply again, taking this into account."
 """The note that turns a turn's context into the teacher's (hindsight on-policy distillation)."""
@@ -111,6 +115,17 @@ def turn_item(turn: LearnableTurn, advantage: float | None = None) -> TrainItem:
         episode_id=f"{turn.session_id}:{turn.turn}",
         harness="serve",
     )
+
+
+def opd_advantages(gaps: list[list[float]], clip: float | None, centre: bool) -> tuple[list[list[float]], float]:
+    """The distillation advantages of one step's hinted turns from their raw per-token gaps
+    (log pi_teacher - log pi_student): each clipped to [-clip, clip] (None: not), then, with ``centre``,
+    the step's mean over all those tokens subtracted; also that mean (0.0 uncentred). See
+    ``serve.learn_opd_clip`` and ``serve.learn_opd_centre`` for why."""
+    shaped = [[max(-clip, min(clip, g)) for g in gap] if clip is not None else list(gap) for gap in gaps]
+    count = sum(len(gap) for gap in shaped)
+    mean = sum(sum(gap) for gap in shaped) / count if centre and count else 0.0
+    return [[g - mean for g in gap] for gap in shaped], mean
 
 
 class ServeLearner:
@@ -322,20 +337,24 @@ class ServeLearner:
         if signal == "opd":  # distillation alone: a turn it cannot teach from carries no advantage at all
             for i in set(range(len(batch))) - set(hinted):
                 items[i] = items[i].model_copy(update={"advantage": 0.0})
-        gaps: list[float] = []
+        raw: list[list[float]] = []
         if hinted:
             teacher_lp = self.trainer.recompute(teachers)
             student_lp = self.trainer.recompute([items[i] for i in hinted])
-            for k, i in enumerate(hinted):
-                gap = [t - s for t, s in zip(teacher_lp[k], student_lp[k], strict=True)]
-                gaps += gap
-                base = items[i].advantage if signal == "both" else 0.0  # the centred score
-                items[i] = items[i].model_copy(update={"token_advantages": [base + weight * g for g in gap]})
+            raw = [[t - s for t, s in zip(teacher_lp[k], student_lp[k], strict=True)] for k in range(len(hinted))]
+        shaped, centre = opd_advantages(raw, self.cfg.serve.learn_opd_clip, self.cfg.serve.learn_opd_centre)
+        for k, i in enumerate(hinted):
+            base = items[i].advantage if signal == "both" else 0.0  # the centred score
+            items[i] = items[i].model_copy(update={"token_advantages": [base + weight * g for g in shaped[k]]})
+        gaps = [g for gap in raw for g in gap]
+        clip = self.cfg.serve.learn_opd_clip
         return items, {
             "learner/opd_turns": float(len(hinted)),
             "learner/opd_unrendered": float(unrendered),
             "learner/opd_gap_mean": sum(gaps) / len(gaps) if gaps else 0.0,
             "learner/opd_gap_abs_max": max((abs(g) for g in gaps), default=0.0),
+            "learner/opd_clipped": (sum(1 for g in gaps if abs(g) > clip) / len(gaps)) if gaps and clip else 0.0,
+            "learner/opd_centre": centre,
         }
 
     # ---- one pass ------------------------------------------------------------------------------

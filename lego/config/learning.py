@@ -109,6 +109,20 @@ class ServeConfig(Section):
         "the score plus serve.learn_opd_weight x that difference.",
     )
     learn_opd_weight: float = Field(1.0, gt=0, description="The distillation term's weight (serve.learn_signal).")
+    learn_opd_clip: float | None = Field(
+        1.0,
+        gt=0,
+        description="serve.learn_signal=opd|both: each token's gap log pi_teacher - log pi_student is clipped to "
+        "[-c, c] nats before it trains (None: unclipped). Measured unclipped (`lego bench use --signal opd`, "
+        "README), single tokens reached |gap| 12-13 every step and the policy lost its tool-call format.",
+    )
+    learn_opd_centre: bool = Field(
+        True,
+        description="serve.learn_signal=opd|both: subtract the step's mean gap over its hinted tokens (after "
+        "clipping). The gap's expectation under the student's own samples is -KL(student || teacher) <= 0, so "
+        "uncentred it pushes most sampled tokens down on every step -- the same collapse as a reward with no "
+        "baseline; centred, tokens the hinted context favours more than the step's average go up, the rest down.",
+    )
     learn_poll_s: float = Field(10.0, gt=0, description="How often the learner looks for newly settled turns.")
     learn_keep_checkpoints: int | None = Field(
         20,

@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from lego.conductor.serve_learner import ServeLearner
+from lego.conductor.serve_learner import ServeLearner, opd_advantages
 from lego.config import load_config
 from lego.engines.scripted import ScriptedEngine
 from lego.learn.judge import RuleJudge
@@ -200,13 +200,30 @@ def test_the_teacher_context_holds_the_hint_and_its_gap_is_the_engine_s(setup: A
     items, m = learner._distil([turn], [learner_item(turn)])
     (t_lp,) = asyncio.run(real.score([teacher + output], [len(teacher)], 1.0))
     (s_lp,) = asyncio.run(real.score([prompt + output], [len(prompt)], 1.0))
-    expected = [t - s for t, s in zip(t_lp, s_lp, strict=True)]
+    gap = [t - s for t, s in zip(t_lp, s_lp, strict=True)]
+    serve = learner.cfg.serve
+    ((expected,), _) = opd_advantages([gap], serve.learn_opd_clip, serve.learn_opd_centre)  # clipped, centred
     got = items[0].token_advantages
     assert got is not None and len(got) == len(output)
-    base = -1.0 if learner.cfg.serve.learn_signal == "both" else 0.0
+    base = -1.0 if serve.learn_signal == "both" else 0.0
     assert max(abs(g - base - e) for g, e in zip(got, expected, strict=True)) < 1e-3
-    assert m["learner/opd_turns"] == 1.0
+    assert m["learner/opd_turns"] == 1.0 and abs(m["learner/opd_gap_mean"] - sum(gap) / len(gap)) < 1e-3
     server.store.close()
+
+
+def test_distillation_advantages_are_clipped_then_centred_on_the_step() -> None:
+    """Under the student's own samples the gap log pi_teacher - log pi_student averages -KL <= 0: uncentred,
+    every step pushes most sampled tokens down (measured: the tool-call format was lost in 19 steps, with
+    single tokens at |gap| 12). Clipped to [-c, c], then the step's mean over all hinted tokens subtracted."""
+    gaps = [[-12.0, -0.5, -0.1], [0.5, 3.0, -2.0]]
+    shaped, centre = opd_advantages(gaps, 1.0, True)
+    assert centre == (-1.0 - 0.5 - 0.1 + 0.5 + 1.0 - 1.0) / 6 < 0
+    assert shaped == [[-1.0 - centre, -0.5 - centre, -0.1 - centre], [0.5 - centre, 1.0 - centre, -1.0 - centre]]
+    assert abs(sum(sum(g) for g in shaped)) < 1e-12  # no step-wide push up or down
+    # A token the hinted context favours more than the step's average goes up, even with a negative raw gap.
+    assert shaped[0][1] < 0 < shaped[0][2]
+    assert opd_advantages(gaps, None, False) == (gaps, 0.0)  # the raw gap, as measured before
+    assert opd_advantages([], 1.0, True) == ([], 0.0)
 
 
 def test_a_failing_pass_stops_the_learner_with_its_reason_and_serving_goes_on(setup: Any) -> None:
