@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lego.conductor.bench.asynchrony import run_bench, summarise_run
+from lego.conductor.bench.asynchrony import cpu_busy, run_bench, summarise_run
 from tests.lego.calc_task import make_calc_tasks
 
 
@@ -26,6 +26,24 @@ def test_summarise_weights_engine_busy_by_the_time_each_step_covers() -> None:
     # the asynchronous loop counts every rollout that ended, trained on or not
     lines[-1]["metrics"]["async/rollouts_done"] = 11.0
     assert summarise_run(lines, closes=[10.0, 40.0], budget_s=30.0)["rollouts"] == 11.0
+
+
+def test_cpu_busy_is_the_share_of_cpu_time_not_idle_or_waiting_on_io() -> None:
+    import psutil
+
+    fields = psutil.cpu_times()._fields  # this platform's fields: the meter reads what psutil gives
+    zero = dict.fromkeys(fields, 0.0)
+    before = type(psutil.cpu_times())(**zero)
+    spent = {**zero, "user": 30.0, "system": 10.0, "idle": 50.0}
+    if "iowait" in fields:
+        spent["iowait"] = 10.0
+    else:
+        spent["idle"] = 60.0
+    if "guest" in fields:  # guest time is already inside user time: counting it twice would dilute idle
+        spent["guest"] = 5.0
+    after = type(before)(**spent)
+    assert cpu_busy(before, after) == pytest.approx(0.4)
+    assert cpu_busy(before, before) == 0.0
 
 
 @pytest.mark.slow
@@ -46,5 +64,8 @@ def test_both_loops_run_for_the_budget_and_compare(tiny_model_dir: Path, tmp_pat
     for run in (k0, k1):
         assert run["updates"] >= 1 and run["rollouts"] >= 2
         assert 0.0 < run["engine_busy"] <= 1.0 and 0.0 < run["trainer_busy"] < 1.0
+        assert 0.0 < run["cpu_busy"] <= 1.0  # the host did the work: some CPU time was spent
+    assert report["cpu_ceiling"] == pytest.approx(1.0 / k0["cpu_busy"])
+    assert k1["vs_k0"]["cpu_busy"] == pytest.approx(k1["cpu_busy"] / k0["cpu_busy"])
     assert k1["vs_k0"]["rollouts_per_hour"] == pytest.approx(k1["rollouts_per_hour"] / k0["rollouts_per_hour"])
     assert "staleness_mean" in k1 and report["caveats"]

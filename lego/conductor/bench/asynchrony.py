@@ -10,7 +10,16 @@ each in ``OUT/k<k>``. Measured per run, from its own metrics:
 - ``engine_busy``: the fraction of the wall time with a generation in flight at the engine
   (:class:`lego.engines.metered.MeteredEngine`, measured at the proxy's side of the seam);
 - ``trainer_busy``: the fraction spent in updates and weight pushes (``perf/update_s``);
-- ``staleness_mean`` / ``dropped_groups``: what the asynchrony cost in policy lag.
+- ``staleness_mean`` / ``dropped_groups``: what the asynchrony cost in policy lag;
+- ``cpu_busy``: the host's CPU utilisation over the run (all cores, every process: 1 - idle and
+  iowait time over elapsed CPU time, from ``/proc/stat`` through psutil).
+
+``cpu_busy`` of ``k = 0`` bounds what any overlap can give on this machine: asynchrony changes when
+work runs, not how much CPU a rollout and an update cost, so where that work is CPU-bound the
+rollouts/hour of any k is at most ``1 / cpu_busy(k=0)`` times k = 0's (``cpu_ceiling`` in the report).
+If k = 0 already keeps the cores 85% busy, no schedule can reach 1.3x there; with the engine and the
+trainer on their own GPUs the bound is the GPUs', not the host's. The figure is host-wide, so
+another job on the machine inflates it (the JSON says so).
 
 Every figure of ``k >= 1`` is also given as a ratio to ``k = 0`` measured in the same invocation, so
 the numbers compare across machines. With ``--eval`` (off by default: it multiplies the bench's
@@ -32,16 +41,27 @@ from pathlib import Path
 from typing import Any
 
 import click
+import psutil
 
 from lego.errors import ConfigError
 from lego.io import atomic_write_json
 
-__all__ = ["command", "run_bench", "summarise_run"]
+__all__ = ["command", "cpu_busy", "run_bench", "summarise_run"]
 
 CAVEATS = (
     "one wall-clock budget per k, on one machine: the figures are ratios against k=0 measured in the same "
-    "invocation; few updates fit a short budget; the engine, trainer, harnesses and grader share the CPU"
+    "invocation; few updates fit a short budget; the engine, trainer, harnesses and grader share the CPU; "
+    "cpu_busy is host-wide (another job on the machine counts) and cpu_ceiling assumes the work is CPU-bound"
 )
+
+
+def cpu_busy(before: Any, after: Any) -> float:
+    """The fraction of elapsed CPU time (all cores) that was not idle or waiting on I/O between two
+    ``psutil.cpu_times()`` snapshots."""
+    fields = before._fields
+    total = sum(getattr(after, f) - getattr(before, f) for f in fields if f not in ("guest", "guest_nice"))
+    idle = sum(getattr(after, f) - getattr(before, f) for f in ("idle", "iowait") if f in fields)
+    return (total - idle) / total if total > 0 else 0.0
 
 
 PEARSON = "training/rollout_actor_probs_pearson_corr"
@@ -122,29 +142,37 @@ def run_bench(
             if closes[-1] >= budget:
                 raise _BudgetSpent
 
-        def on_start(clock: list[float] = clock) -> None:
+        cpu: list[Any] = []
+
+        def on_start(clock: list[float] = clock, cpu: list[Any] = cpu) -> None:
             clock.append(time.monotonic())
+            cpu.append(psutil.cpu_times())
 
         console.print(f"k={k}: lego train for {minutes:g} min (training.max_staleness={k})")
         try:
             train(cfg, console=console, on_step=on_step, on_start=on_start)
         except _BudgetSpent:
             pass
+        ended = psutil.cpu_times()
         lines = read_jsonl(Path(cfg.training.out_dir) / "metrics.jsonl")
         run = summarise_run(lines, closes, budget)
+        run["cpu_busy"] = cpu_busy(cpu[0], ended) if cpu else float("nan")
         report["runs"][str(k)] = run
         console.print(
             f"      {run['updates']:.0f} updates, {run['rollouts']:.0f} rollouts, engine busy {100 * run['engine_busy']:.0f}%, "
-            f"trainer busy {100 * run['trainer_busy']:.0f}%, staleness {run['staleness_mean']:.2f}"
+            f"trainer busy {100 * run['trainer_busy']:.0f}%, staleness {run['staleness_mean']:.2f}, "
+            f"host CPU busy {100 * run['cpu_busy']:.0f}%"
         )
     base = report["runs"].get("0")
     if base:
+        if base["cpu_busy"] > 0:  # the most any overlap can give where the work is CPU-bound (module doc)
+            report["cpu_ceiling"] = 1.0 / base["cpu_busy"]
         for k, run in report["runs"].items():
             if k == "0":
                 continue
             run["vs_k0"] = {
                 f: (run[f] / base[f] if base[f] else float("inf"))
-                for f in ("rollouts_per_hour", "updates_per_hour", "engine_busy", "trainer_busy")
+                for f in ("rollouts_per_hour", "updates_per_hour", "engine_busy", "trainer_busy", "cpu_busy")
             }
     if evaluate:
         _evaluate(report, out, staleness, seed, config, overrides, limit, console)
