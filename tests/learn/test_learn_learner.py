@@ -16,6 +16,7 @@ from typing import Any
 
 import openai
 import pytest
+import torch
 
 from lego.conductor.serve_learner import ServeLearner, opd_advantages
 from lego.config import load_config
@@ -224,6 +225,43 @@ def test_distillation_advantages_are_clipped_then_centred_on_the_step() -> None:
     assert shaped[0][1] < 0 < shaped[0][2]
     assert opd_advantages(gaps, None, False) == (gaps, 0.0)  # the raw gap, as measured before
     assert opd_advantages([], 1.0, True) == ([], 0.0)
+
+
+def test_a_batch_whose_scores_all_agree_is_no_step_and_waits_for_a_turn_that_scored_otherwise(setup: Any) -> None:
+    """Under the batch baseline, agreeing scores give every token advantage 0; stepping AdamW anyway
+    replays its momentum into the weights (measured in `lego bench use`). So no step, nothing consumed,
+    and the next turn that scores otherwise makes the batch a step."""
+    _, scripted, make, _ = setup
+    server, learner = make()
+    learner.resume()
+    server.start()
+    control = ControlClient.connect(server.dir)
+    try:
+        opened = control.new_session(private=False)
+        scripted.push("One.<|im_end|>", "Two.<|im_end|>", "Three.<|im_end|>")
+        for text in ("first", "second", "third"):
+            ask(server, opened.key, text)
+        control.feedback(opened.row.id, -1, turn=0)
+        control.feedback(opened.row.id, -1, turn=1)  # turns 0 and 1 settle (later requests); turn 2 waits
+        before = {k: v.detach().clone() for k, v in learner.trainer.model.named_parameters() if v.requires_grad}
+        assert learner.step() is None and learner.step() is None
+        assert learner.flat_passes == 2 and learner.trainer.step_count == 0 and learner.version == 0
+        after = dict(learner.trainer.model.named_parameters())
+        assert all(torch.equal(before[k], after[k]) for k in before)  # not a weight moved
+        assert server.store.learned() == {}  # nothing consumed: the turns wait
+        assert not (learner.dir / "checkpoints").exists() or not list((learner.dir / "checkpoints").glob("step_*"))
+
+        control.feedback(opened.row.id, +1, turn=2)
+        assert control.end_session(opened.row.id)  # turn 2 settles, scored otherwise: it joins the batch
+        line = learner.step()
+        assert line is not None and line["step"] == 1 and line["learner/flat_passes"] == 2
+        trained = {turn for (_, turn), (_, why) in server.store.learned().items() if why == "trained"}
+        assert 2 in trained and len(trained) == 2
+        assert line["learner/advantage_mean"] == 0.0 and line["actor/grad_norm"] > 0.0
+    finally:
+        control.close()
+        learner.stop()
+        server.stop()
 
 
 def test_a_failing_pass_stops_the_learner_with_its_reason_and_serving_goes_on(setup: Any) -> None:
