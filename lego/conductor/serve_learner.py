@@ -19,8 +19,8 @@ is all policy), its advantage the judge's score minus the baseline (``serve.lear
 ``batch``, scores that all agree), the learner does not step: AdamW would still move every weight
 by its momentum, and measured so (a 30-minute `lego bench use`, 51 of 64 steps flat) those steps
 moved the weights as far as the ones with a gradient and held-out pass@1 fell from 17.5% to 5% of
-the sweep. Before that, with ``batch``, the freshest ready turn that scored otherwise takes the
-least fresh one's place; failing that the turns wait (``learner/flat_passes`` counts such passes).
+the sweep. Before that, with ``reward`` and ``batch``, the freshest ready turn that scored otherwise
+takes the least fresh one's place; failing that the turns wait (``learner/flat_passes`` counts such passes).
 
 **The baseline** (``serve.learn_baseline``, :class:`lego.learn.baseline.Baseline`): ``batch`` centres
 each step's scores on their mean, ``running`` subtracts a moving average of past steps' mean scores
@@ -401,9 +401,10 @@ class ServeLearner:
         if len(fresh) < size or not any(self.version in t.versions for t in fresh[:size]):
             return None
         batch = fresh[:size]
-        if signal != "opd" and self.cfg.serve.learn_baseline == "batch" and len({t.score for t in batch}) == 1:
+        if signal == "reward" and self.cfg.serve.learn_baseline == "batch" and len({t.score for t in batch}) == 1:
             # Scores that all agree carry nothing under the batch baseline: the freshest ready turn that
             # scored otherwise replaces the least fresh (the freshest, which the gate measures, stays).
+            # With `both` the distillation part can still teach from them: the batch stays as picked.
             other = next((t for t in fresh[size:] if t.score != batch[0].score), None)
             if other is not None and size > 1:
                 batch = [*batch[:-1], other]

@@ -4,6 +4,7 @@ engine between requests, checkpoints, resume and rollback; then the CLI as a use
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,21 @@ def setup(request: pytest.FixtureRequest, tiny_model_dir: Path, chat_format: Any
         return server, learner
 
     return cfg, scripted, make, real
+
+
+@contextlib.contextmanager
+def serving(make: Any) -> Iterator[tuple[LearnServer, ServeLearner, ControlClient, Any]]:
+    """A started server and resumed learner from ``make``, a control client and one open session."""
+    server, learner = make()
+    learner.resume()
+    server.start()
+    control = ControlClient.connect(server.dir)
+    try:
+        yield server, learner, control, control.new_session(private=False)
+    finally:
+        control.close()
+        learner.stop()
+        server.stop()
 
 
 def ask(server: LearnServer, key: str, text: str, temperature: float | None = None, **more: Any) -> None:
@@ -149,12 +166,7 @@ def test_judged_turns_train_a_step_the_engine_serves_it_and_a_resume_or_rollback
 @pytest.mark.parametrize("setup", ["opd", "both"], indirect=True)
 def test_hindsight_distillation_scores_the_recorded_tokens_under_the_hinted_context(setup: Any) -> None:
     cfg, scripted, make, _ = setup
-    server, learner = make()
-    learner.resume()
-    server.start()
-    control = ControlClient.connect(server.dir)
-    try:
-        opened = control.new_session(private=False)
+    with serving(make) as (server, learner, control, opened):
         client = openai.OpenAI(base_url=f"{server.model_url}/v1", api_key=opened.key, max_retries=0)
         scripted.push("Use < in the loop.<|im_end|>", "Use <= then.<|im_end|>", "Right, >= then.<|im_end|>")
         scripted.push("Glad it works.<|im_end|>")
@@ -169,10 +181,6 @@ def test_hindsight_distillation_scores_the_recorded_tokens_under_the_hinted_cont
         control.end_session(opened.row.id)
         line = learner.step()
         marks = server.store.learned()
-    finally:
-        control.close()
-        learner.stop()
-        server.stop()
     assert line is not None and line["step"] == 1 and line["learner/turns"] == 2
     # The two corrected turns (the oldest) carry hints and train by distillation; "thanks" has none.
     assert line["learner/opd_turns"] == 2.0 and line["learner/opd_gap_abs_max"] > 0.0
@@ -232,12 +240,7 @@ def test_a_batch_whose_scores_all_agree_is_no_step_and_waits_for_a_turn_that_sco
     replays its momentum into the weights (measured in `lego bench use`). So no step, nothing consumed,
     and the next turn that scores otherwise makes the batch a step."""
     _, scripted, make, _ = setup
-    server, learner = make()
-    learner.resume()
-    server.start()
-    control = ControlClient.connect(server.dir)
-    try:
-        opened = control.new_session(private=False)
+    with serving(make) as (server, learner, control, opened):
         scripted.push("One.<|im_end|>", "Two.<|im_end|>", "Three.<|im_end|>")
         for text in ("first", "second", "third"):
             ask(server, opened.key, text)
@@ -258,10 +261,6 @@ def test_a_batch_whose_scores_all_agree_is_no_step_and_waits_for_a_turn_that_sco
         trained = {turn for (_, turn), (_, why) in server.store.learned().items() if why == "trained"}
         assert 2 in trained and len(trained) == 2
         assert line["learner/advantage_mean"] == 0.0 and line["actor/grad_norm"] > 0.0
-    finally:
-        control.close()
-        learner.stop()
-        server.stop()
 
 
 def test_a_failing_pass_stops_the_learner_with_its_reason_and_serving_goes_on(setup: Any) -> None:
