@@ -401,12 +401,17 @@ class ServeLearner:
         if len(fresh) < size or not any(self.version in t.versions for t in fresh[:size]):
             return None
         batch = fresh[:size]
-        if signal == "reward" and self.cfg.serve.learn_baseline == "batch" and len({t.score for t in batch}) == 1:
+        if (
+            size > 1
+            and signal == "reward"
+            and self.cfg.serve.learn_baseline == "batch"
+            and len({t.score for t in batch}) == 1
+        ):
             # Scores that all agree carry nothing under the batch baseline: the freshest ready turn that
             # scored otherwise replaces the least fresh (the freshest, which the gate measures, stays).
             # With `both` the distillation part can still teach from them: the batch stays as picked.
             other = next((t for t in fresh[size:] if t.score != batch[0].score), None)
-            if other is not None and size > 1:
+            if other is not None:
                 batch = [*batch[:-1], other]
         t0 = time.monotonic()
         scores = [t.score for t in batch]
@@ -417,10 +422,8 @@ class ServeLearner:
         if signal != "reward":
             items, distilled = self._distil(batch, items)
         if all(_flat(i) for i in items):
-            # No token carries an advantage: not a step. AdamW would still move every weight by its
-            # momentum (measured: 51 of 64 such steps in a 30-minute `lego bench use` moved the weights
-            # as far as the 13 with a gradient did, and held-out pass@1 fell from 17.5% to 5%). The
-            # turns wait, unconsumed, for a turn that scores otherwise (or until they are too stale).
+            # No token carries an advantage: not a step (module doc: AdamW's momentum would still move
+            # the weights). The turns wait, unconsumed, until a turn scores otherwise or they go stale.
             self.flat_passes += 1
             return None
         metrics = self.trainer.train_step(items, policy_version=self.version)
