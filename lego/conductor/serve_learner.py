@@ -19,8 +19,11 @@ is all policy), its advantage the judge's score minus the baseline (``serve.lear
 ``batch``, scores that all agree), the learner does not step: AdamW would still move every weight
 by its momentum, and measured so (a 30-minute `lego bench use`, 51 of 64 steps flat) those steps
 moved the weights as far as the ones with a gradient and held-out pass@1 fell from 17.5% to 5% of
-the sweep. Before that, with ``reward`` and ``batch``, the freshest ready turn that scored otherwise
-takes the least fresh one's place; failing that the turns wait (``learner/flat_passes`` counts such passes).
+the sweep. Before that, with ``reward``, the freshest ready turn whose score would give the batch a
+signal (one that differs from the others under ``batch`` or from the running average) takes the least
+fresh one's place; failing that the turns wait (``learner/flat_passes`` counts such passes). A running
+baseline starts with the first step that has a signal, so a first batch whose scores all agree does
+not start it.
 
 **The baseline** (``serve.learn_baseline``, :class:`lego.learn.baseline.Baseline`): ``batch`` centres
 each step's scores on their mean, ``running`` subtracts a moving average of past steps' mean scores
@@ -401,18 +404,16 @@ class ServeLearner:
         if len(fresh) < size or not any(self.version in t.versions for t in fresh[:size]):
             return None
         batch = fresh[:size]
-        if (
-            size > 1
-            and signal == "reward"
-            and self.cfg.serve.learn_baseline == "batch"
-            and len({t.score for t in batch}) == 1
-        ):
-            # Scores that all agree carry nothing under the batch baseline: the freshest ready turn that
-            # scored otherwise replaces the least fresh (the freshest, which the gate measures, stays).
-            # With `both` the distillation part can still teach from them: the batch stays as picked.
-            other = next((t for t in fresh[size:] if t.score != batch[0].score), None)
-            if other is not None:
-                batch = [*batch[:-1], other]
+        if size > 1 and signal == "reward" and not any(self.baseline.advantages([t.score for t in batch])[0]):
+            # Scores that carry nothing under the baseline (all agree under `batch`, or all equal the running
+            # average): the freshest ready turn that would give the batch a signal replaces the least fresh
+            # (the freshest, which the gate measures, stays). With `both` the distillation part can still
+            # teach from them: the batch stays as picked.
+            for other in fresh[size:]:
+                trial = [*batch[:-1], other]
+                if any(self.baseline.advantages([t.score for t in trial])[0]):
+                    batch = trial
+                    break
         t0 = time.monotonic()
         scores = [t.score for t in batch]
         # Distillation alone has no scalar part to centre: its per-token advantages are the teacher's gap.

@@ -108,19 +108,22 @@ def _advantages(server: LearnServer) -> dict[tuple[str, int], float]:
 
 
 def test_the_batch_baseline_turns_a_failing_step_into_no_push_at_all(rig: Rig) -> None:
+    """Two failing turns, no baseline: -1 each pushes down every sampled token. Centred on their own mean
+    they carry nothing, and a step of nothing is no step (AdamW would move the weights by momentum and
+    weight decay): the served weights stay as they were and the turns wait, unconsumed."""
     assert rig.cfg.serve.learn_baseline == "batch"  # the default
     server, learner = rig.make()
     learner.resume()
+    served = rig.served_logprobs()
     server.start()
     try:
-        sid = rig.scored_session(server, [-1, -1])
-        line = learner.step()
+        rig.scored_session(server, [-1, -1])
+        assert learner.step() is None
     finally:
         server.stop()
-    assert line is not None and line["step"] == 1
-    assert (line["learner/score_mean"], line["learner/baseline"], line["learner/advantage_mean"]) == (-1.0, -1.0, 0.0)
-    # what trained is recorded: no token of the two failing turns was pushed down (no baseline: -1 each)
-    assert _advantages(server) == {(sid, 0): 0.0, (sid, 1): 0.0}
+    assert (learner.flat_passes, learner.trainer.step_count, learner.version) == (1, 0, 0)
+    assert _advantages(server) == {}  # no token of the two failing turns was pushed down
+    assert rig.served_logprobs() == served  # the served weights are the start's, exactly
 
 
 @pytest.mark.parametrize("rig", [("serve.learn_baseline=running", "serve.learn_baseline_rate=0.5")], indirect=True)
@@ -129,16 +132,16 @@ def test_the_running_baseline_lives_in_the_checkpoint_a_restart_resumes_it_and_r
     learner.resume()
     server.start()
     try:
-        first = rig.scored_session(server, [1, 1])
-        one = learner.step()  # no past: centred on its own mean (1.0), which starts the average
-        second = rig.scored_session(server, [-1, 1])
-        two = learner.step()  # centred on the past: 1.0; then 1.0 + 0.5 x (0.0 - 1.0)
+        first = rig.scored_session(server, [1, -1])
+        one = learner.step()  # no past: centred on its own mean (0.0), which starts the average
+        second = rig.scored_session(server, [1, 1])
+        two = learner.step()  # centred on the past: 0.0; then 0.0 + 0.5 x (1.0 - 0.0)
     finally:
         server.stop()
-    assert one is not None and (one["learner/baseline"], one["learner/advantage_mean"]) == (1.0, 0.0)
-    assert two is not None and (two["learner/score_mean"], two["learner/baseline"]) == (0.0, 1.0)
+    assert one is not None and (one["learner/baseline"], one["learner/advantage_mean"]) == (0.0, 0.0)
+    assert two is not None and (two["learner/score_mean"], two["learner/baseline"]) == (1.0, 0.0)
     assert (learner.baseline.value, learner.baseline.steps) == (0.5, 2)
-    assert _advantages(server) == {(first, 0): 0.0, (first, 1): 0.0, (second, 0): -2.0, (second, 1): 0.0}
+    assert _advantages(server) == {(first, 0): 1.0, (first, 1): -1.0, (second, 0): 1.0, (second, 1): 1.0}
     saved = json.loads((learner.dir / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
     assert saved["extra"]["baseline"] == {"mode": "running", "value": 0.5, "steps": 2}
 
@@ -157,11 +160,43 @@ def test_the_running_baseline_lives_in_the_checkpoint_a_restart_resumes_it_and_r
 
     # --rollback N restores step N's baseline; --rollback 0 the start's (none yet)
     server, learner = rig.make()
-    assert learner.resume(rollback=1) == 1 and (learner.baseline.value, learner.baseline.steps) == (1.0, 1)
+    assert learner.resume(rollback=1) == 1 and (learner.baseline.value, learner.baseline.steps) == (0.0, 1)
     server.store.close()
     server, learner = rig.make()
     assert learner.resume(rollback=0) == 0 and (learner.baseline.value, learner.baseline.steps) == (None, 0)
     server.store.close()
+
+
+@pytest.mark.parametrize("rig", [("serve.learn_baseline=running", "serve.learn_baseline_rate=1.0")], indirect=True)
+def test_a_running_baseline_takes_a_turn_that_gives_the_batch_a_signal_and_starts_only_with_a_step(rig: Rig) -> None:
+    """Agreeing scores with no past carry nothing (centred on their own mean): no step, and the average
+    does not start. A turn that scored otherwise joins the batch in the least fresh one's place; later,
+    scores that all equal the average carry nothing either, and an older turn that differs joins.
+    (Rate 1: the average is the last step's mean, so a person's +-1 can equal it.)"""
+    server, learner = rig.make()
+    learner.resume()
+    server.start()
+    try:
+        first = rig.scored_session(server, [1, 1])
+        assert learner.step() is None
+        assert (learner.flat_passes, learner.baseline.value, learner.baseline.steps) == (1, None, 0)
+        second = rig.scored_session(server, [-1, -1])
+        one = learner.step()  # first's two are the batch, flat; second's turn 0 takes the least fresh's place
+        assert one is not None and (one["learner/score_mean"], one["learner/baseline"]) == (0.0, 0.0)
+        third = rig.scored_session(server, [1, 1])  # step 1's weights sampled these: against the average 0.0
+        two = learner.step()
+        assert two is not None and (two["learner/baseline"], learner.baseline.value) == (0.0, 1.0)
+        fourth = rig.scored_session(server, [1, 1])  # both equal the average (1.0): nothing, unless a turn differs
+        three = learner.step()
+    finally:
+        server.stop()
+    assert three is not None and three["learner/baseline"] == 1.0 and learner.flat_passes == 1
+    assert _advantages(server) == {
+        (first, 0): 1.0, (second, 0): -1.0,  # step 1
+        (third, 0): 1.0, (third, 1): 1.0,  # step 2
+        (fourth, 0): 0.0, (second, 1): -2.0,  # step 3: fourth's turn 1 gave way to the freshest ready turn that differs
+    }  # fmt: skip
+    assert (learner.baseline.value, learner.baseline.steps) == (0.0, 3)
 
 
 def test_turns_sampled_by_weights_killed_before_their_checkpoint_never_train(rig: Rig) -> None:

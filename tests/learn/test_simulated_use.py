@@ -329,7 +329,9 @@ def test_bench_use_runs_its_phases_on_a_scripted_policy_and_reports_what_the_lea
         overrides=(
             f"engine.model={tiny_model_dir}", "engine.device=cpu", "tasks.source=boundary", "tasks.limit=1",
             "serve.port=0", "serve.learn_batch=2", "serve.learn_poll_s=0.2", "training.lr=1e-3",
-            "harness.max_turns=4", "harness.options.lego-agent.max_tokens=256", "eval.temperatures=[1.0]",
+            # both thanked turns score +0.5: centred on their mean they would carry nothing, and a batch
+            # without an advantage is no step -- with no baseline the step trains them as scored
+            "serve.learn_baseline=none", "harness.max_turns=4", "harness.options.lego-agent.max_tokens=256", "eval.temperatures=[1.0]",
             "eval.sweep_samples=2", "eval.confirm_samples=0", "eval.pass_at_k=[1]", "eval.bootstrap=100",
         ),
     )  # fmt: skip
@@ -348,7 +350,7 @@ def test_bench_use_runs_its_phases_on_a_scripted_policy_and_reports_what_the_lea
     assert report["rules"] == {"attempt_thanks": 1, "user_thanks": 1}
     assert report["learned"] == {"trained": 2} and report["learner_error"] is None
     (step,) = report["per_step"]
-    assert (step["step"], step["turns"], step["reward"], step["baseline"]) == (1, 2, 0.5, 0.5)
+    assert (step["step"], step["turns"], step["reward"], step["baseline"]) == (1, 2, 0.5, 0.0)
     assert step["pearson"] > 0.999 and report["checkpoint"].endswith("step_000001")
     # the held-out sweeps: 2 tasks x 2 samples per policy, every other one passing, before and after
     assert report["before_sweep"]["points"][0]["pass1_all_tasks"] == 0.5
