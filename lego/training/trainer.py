@@ -38,7 +38,8 @@ Metrics returned by :meth:`Trainer.step` (floats, namespaced like verl's):
                                          (algorithm.off_policy; lego.algos.losses)
     actor/ref_kl                         k3 KL to the reference, with algorithm.kl_coef > 0
     actor/entropy                        mean entropy of softmax(logits / T) at sampled positions
-    actor/grad_norm, actor/lr            before clipping; the optimizer's learning rate
+    actor/grad_norm, actor/lr            before clipping (exactly 0: no advantage anywhere, and AdamW is
+                                         not stepped -- lego.training.optim); the optimizer's learning rate
     actor/last_epoch/*                   with training.ppo_epochs > 1: the last update's pg_loss,
                                          pg_clipfrac, ppo_kl, ratio_mean|max and grad_norm
     actor/tokens, actor/segments, actor/episodes

@@ -77,6 +77,36 @@ def test_step_reports_metrics_and_changes_weights(model_dir, items, make_config)
     assert m2["rollout_corr/kl"] != 0.0
 
 
+def test_a_step_without_any_advantage_leaves_the_weights_and_the_optimizer_as_they_were(model_dir, items, make_config):
+    """Every group's rewards agreed: the gradient is exactly zero, and AdamW would still move the weights
+    (weight decay now, momentum after a step with signal). No step: weights and optimizer state unchanged,
+    the metrics and step count as for any step. A KL term is a gradient of its own: that step is taken."""
+    flat = [it.model_copy(update={"advantage": 0.0}) for it in items]
+    trainer = Trainer(model_dir, make_config(micro_batch_size=4, weight_decay=0.1))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    m = trainer.step(flat)
+    assert m["actor/grad_norm"] == 0.0 and m[PEARSON] > 0.9999 and trainer.step_count == 1
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    assert trainer.optimizer.state_dict()["state"] == {}  # AdamW never stepped: no moments, no count
+
+    trainer.step(items)  # a step with signal moves the weights and fills AdamW's moments ...
+    moved = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    state = {k: {n: t.clone() for n, t in v.items()} for k, v in trainer.optimizer.state_dict()["state"].items()}
+    assert any(not torch.equal(before[k], moved[k]) for k in before)
+    trainer.step(flat)  # ... which a flat step after it does not replay
+    assert all(torch.equal(moved[k], v) for k, v in trainer.model.state_dict().items())
+    after = trainer.optimizer.state_dict()["state"]
+    assert all(torch.equal(state[k][n], after[k][n]) for k in state for n in state[k])
+
+    cfg = make_config(micro_batch_size=4)
+    cfg.algorithm.kl_coef = 0.1
+    with_kl = Trainer(model_dir, cfg)
+    with_kl.step(items)
+    kl_moved = {k: v.clone() for k, v in with_kl.model.state_dict().items()}
+    assert with_kl.step(flat)["actor/grad_norm"] > 0.0  # away from the reference: the KL pulls back
+    assert any(not torch.equal(kl_moved[k], v) for k, v in with_kl.model.state_dict().items())
+
+
 def test_fidelity_gate_stops_a_temperature_mismatch(model_dir, items, make_config):
     cfg = make_config()
     cfg.algorithm.temperature = 0.25  # engine sampled at 1.0
