@@ -30,7 +30,6 @@ from lego.conductor.rollout import crashed_trajectory
 from lego.conductor.step_close import StepCloser
 from lego.conductor.step_plan import sample_seed, step_harnesses, step_tasks
 from lego.config import LegoConfig
-from lego.engines.threads import pin_torch_threads, split_cpu_threads
 from lego.seams import TaskSource
 from lego.types import Task, Trajectory
 
@@ -110,12 +109,6 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
         ledger=ledger,
         on_done=done,
     )
-    # The engine decodes while the update runs: on a CPU each gets its share of the cores, else their
-    # OpenMP teams oversubscribe them (lego.engines.threads; measured: an update 3-4x slower).
-    engine_threads = getattr(policy.engine, "cpu_threads", None)
-    if engine_threads and trainer.device.type == "cpu":
-        policy.engine.cpu_threads, update_threads = split_cpu_threads(engine_threads)
-        pin_torch_threads(update_threads)
     producer.start()
     t_prev = time.monotonic()
     try:
@@ -160,6 +153,3 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
             t_prev = time.monotonic()
     finally:
         producer.stop()
-        if engine_threads and trainer.device.type == "cpu":
-            policy.engine.cpu_threads = engine_threads
-            pin_torch_threads(engine_threads)

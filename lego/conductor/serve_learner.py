@@ -86,7 +86,6 @@ from typing import Any
 
 from lego.conductor.serve_heldout import HeldoutCheck, HeldoutDrop
 from lego.config import LegoConfig, ProxyConfig
-from lego.engines.threads import pin_torch_threads
 from lego.errors import ChatFormatError, ConfigError, LegoError
 from lego.io import append_jsonl, atomic_write_text
 from lego.learn.baseline import Baseline
@@ -312,7 +311,6 @@ class ServeLearner:
             self.heldout.close()  # not under a check still running: its samples would be recorded as failures
 
     def _run(self) -> None:
-        pin_torch_threads()  # the update's matmuls on engine.num_threads (lego.engines.threads)
         while not self._stop.is_set():
             try:
                 while not self._stop.is_set() and self.step() is not None:

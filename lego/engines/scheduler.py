@@ -27,7 +27,6 @@ from contextlib import contextmanager
 import torch
 
 from lego.engines.batching import Footprint, PendingRequest
-from lego.engines.threads import pin_torch_threads
 from lego.errors import EngineError, EngineUnavailableError
 
 __all__ = ["BatchScheduler"]
@@ -42,10 +41,8 @@ class BatchScheduler:
         max_batch_size: int,
         stats: dict[str, int],
         max_batch_tokens: int | None = None,
-        threads: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.run_batch = run_batch
-        self.threads = threads  # the worker's torch threads, read before each batch (lego.engines.threads)
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.stats = stats
@@ -141,7 +138,6 @@ class BatchScheduler:
             # whatever queued up meanwhile joins this batch.
             while self._pause_requests:
                 time.sleep(0.001)
-            pin_torch_threads(self.threads())
             with self.lock, torch.no_grad():
                 batch = self.take(Footprint())
                 if batch:

@@ -59,7 +59,6 @@ from lego.engines.guided import Guides
 from lego.engines.prefix_cache import PrefixCache
 from lego.engines.scheduler import BatchScheduler
 from lego.engines.scoring import teacher_forced_logprobs
-from lego.engines.threads import pin_torch_threads
 from lego.errors import ContextOverflowError, EngineError, EngineUnavailableError, ModelError
 from lego.seams import EngineCapabilities, TokenSink
 from lego.types import Generation, RequestContext, SamplingParams
@@ -124,8 +123,6 @@ class TransformersEngine:
             # and trainer compete for the same cores: a 2-core box ran 18x slower per step at 2
             # threads under load than at 1. Half the cores is the default; pass num_threads to override.
             torch.set_num_threads(num_threads or max(1, (os.cpu_count() or 2) // 2))
-        # The decode thread's own count (torch's reaches MKL per thread only: lego.engines.threads).
-        self.cpu_threads: int | None = torch.get_num_threads() if not device.startswith("cuda") else None
         path = resolve_model(model_path)
         _refuse_unsupported(path)
         try:
@@ -158,11 +155,7 @@ class TransformersEngine:
             guides=Guides(self._tokenizer, int(self.model.config.vocab_size), lambda: list(self.decoder.eos_token_ids)),
         )
         self.scheduler = BatchScheduler(
-            lambda batch: self.decoder.run(batch, self.scheduler),
-            max_batch_size,
-            self.stats,
-            max_batch_tokens,
-            threads=lambda: self.cpu_threads,
+            lambda batch: self.decoder.run(batch, self.scheduler), max_batch_size, self.stats, max_batch_tokens
         )
         self._smoke_test()
 
@@ -278,7 +271,6 @@ class TransformersEngine:
 
     def score_sync(self, sequences: list[list[int]], prompt_lens: list[int], temperature: float) -> list[list[float]]:
         """Blocking ``score``: right-padded batches of ``max_batch_size``, run between generation batches."""
-        pin_torch_threads(self.cpu_threads)  # asyncio.to_thread's worker: see lego.engines.threads
         with self.scheduler.lock:
             return teacher_forced_logprobs(
                 self.model,

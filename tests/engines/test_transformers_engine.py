@@ -435,37 +435,3 @@ def test_a_sessions_next_turn_reuses_its_previous_turn_and_stays_exact(tiny_mode
     assert_matches(got.logprobs, teacher_forced(warm.model, seconds[1], got.token_ids))
     asyncio.run(warm.close())
     asyncio.run(cold.close())
-
-
-def test_the_decode_thread_computes_on_the_engine_s_threads_not_the_process_default(tiny_model_dir) -> None:
-    """torch's thread count reaches MKL per thread only: the decode thread, started after the constructor,
-    would run its matmuls on a team as large as the process default. It sets its own count before
-    every batch, so the asynchronous loop can give it a share of the cores (lego.engines.threads)."""
-    from lego.engines.threads import split_cpu_threads
-
-    before = torch.get_num_threads()
-    try:
-        eng = TransformersEngine(tiny_model_dir, device="cpu", max_batch_size=2, num_threads=2)
-        assert eng.cpu_threads == 2 and torch.get_num_threads() == 2
-        seen: list[tuple[str, int]] = []
-        run = eng.scheduler.run_batch
-
-        def record(batch):  # noqa: ANN001, ANN202
-            import threading
-
-            seen.append((threading.current_thread().name, torch.get_num_threads()))
-            return run(batch)
-
-        eng.scheduler.run_batch = record
-        params = SamplingParams(max_tokens=3, temperature=1.0, seed=0)
-        asyncio.run(eng.generate([5, 6, 7], params))
-        eng.cpu_threads = 1  # what train_async does while the update runs beside the engine
-        asyncio.run(eng.generate([5, 6, 7], params))
-        assert seen == [("lego-transformers-engine", 2), ("lego-transformers-engine", 1)]
-        assert torch.get_num_threads() == 2  # the caller's own count is its own
-        asyncio.run(eng.close())
-    finally:
-        torch.set_num_threads(before)
-    # the split: the engine keeps its threads while a core is left for the update, else half each
-    assert split_cpu_threads(2, cores=2) == (1, 1) and split_cpu_threads(1, cores=2) == (1, 1)
-    assert split_cpu_threads(4, cores=16) == (4, 12) and split_cpu_threads(16, cores=16) == (8, 8)
