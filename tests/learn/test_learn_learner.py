@@ -344,33 +344,49 @@ def test_lego_serve_learn_from_the_cli_trains_survives_sigkill_and_rolls_back(
     try:
         assert any("learning: serving learner step 1" in line for line in lines)
     finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
+        assert interrupt(proc, lines) == 0
     proc, lines = start("--rollback", "0")
     try:
         assert any("learning: serving the starting weights" in line for line in lines)
     finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
+        assert interrupt(proc, lines) == 0
     bad = subprocess.run([*base, *opts, "--rollback", "1"], capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 2 and "give --learn" in bad.stderr
 
 
+_READERS: dict[int, threading.Thread] = {}
+
+
 def wait_for(proc: subprocess.Popen[str], lines: list[str], text: str, timeout: float = 240.0) -> None:
-    """Read the server's output until a line holds ``text`` (the process ending first fails the test)."""
+    """Wait until a line of the server's output holds ``text`` (the process ending first fails the test).
+    One reader per process reads its output to the end into ``lines``: a child whose pipe nobody drains
+    blocks on its next write once the pipe is full."""
     out = proc.stdout
     assert out is not None
-    found = threading.Event()
+    if proc.pid not in _READERS:
 
-    def read() -> None:
-        for line in out:
-            lines.append(line)
-            if text in line:
-                found.set()
-                return
+        def read() -> None:
+            for line in out:
+                lines.append(line)
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if not found.is_set():
-        raise AssertionError(f"no {text!r} within {timeout:.0f} s (rc {proc.poll()}):\n{''.join(lines)}")
+        _READERS[proc.pid] = threading.Thread(target=read, daemon=True)
+        _READERS[proc.pid].start()
+    reader, deadline = _READERS[proc.pid], time.monotonic() + timeout
+    while not any(text in line for line in list(lines)):
+        if not reader.is_alive() or time.monotonic() > deadline:
+            raise AssertionError(f"no {text!r} within {timeout:.0f} s (rc {proc.poll()}):\n{''.join(lines)}")
+        time.sleep(0.05)
+
+
+def interrupt(proc: subprocess.Popen[str], lines: list[str], timeout: float = 60.0) -> int:
+    """Ctrl-C the server and its exit code; one still running after ``timeout`` has its threads' stacks
+    printed (lego's SIGUSR1 handler) into the failure, then is killed."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        proc.kill()
+        proc.wait(30)
+        raise AssertionError(f"lego serve still ran {timeout:.0f} s after SIGINT:\n{''.join(lines[-200:])}") from None

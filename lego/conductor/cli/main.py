@@ -9,7 +9,9 @@ what was wrong and how to fix it, and exits with code 2.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
+import signal
 import sys
 from typing import Any
 
@@ -142,8 +144,11 @@ def _one_line(exc: Exception) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; lego's own errors become a clear message and exit code 2 (bad input) or 1."""
+    """Run the CLI; lego's own errors become a clear message and exit code 2 (bad input) or 1.
+    ``kill -USR1 <pid>`` prints every thread's Python stack to stderr (where a long command waits)."""
     _quiet_libraries()
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:
