@@ -404,16 +404,16 @@ class ServeLearner:
         if len(fresh) < size or not any(self.version in t.versions for t in fresh[:size]):
             return None
         batch = fresh[:size]
-        if size > 1 and signal == "reward" and not any(self.baseline.advantages([t.score for t in batch])[0]):
+
+        def carries(turns: list[LearnableTurn]) -> bool:
+            return any(self.baseline.advantages([t.score for t in turns])[0])
+
+        if size > 1 and signal == "reward" and not carries(batch):
             # Scores that carry nothing under the baseline (all agree under `batch`, or all equal the running
             # average): the freshest ready turn that would give the batch a signal replaces the least fresh
             # (the freshest, which the gate measures, stays). With `both` the distillation part can still
             # teach from them: the batch stays as picked.
-            for other in fresh[size:]:
-                trial = [*batch[:-1], other]
-                if any(self.baseline.advantages([t.score for t in trial])[0]):
-                    batch = trial
-                    break
+            batch = next((t for t in ([*batch[:-1], o] for o in fresh[size:]) if carries(t)), batch)
         t0 = time.monotonic()
         scores = [t.score for t in batch]
         # Distillation alone has no scalar part to centre: its per-token advantages are the teacher's gap.

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -354,7 +355,7 @@ def test_lego_serve_learn_from_the_cli_trains_survives_sigkill_and_rolls_back(
     assert bad.returncode == 2 and "give --learn" in bad.stderr
 
 
-_READERS: dict[int, threading.Thread] = {}
+_READERS: weakref.WeakKeyDictionary[subprocess.Popen[str], threading.Thread] = weakref.WeakKeyDictionary()
 
 
 def wait_for(proc: subprocess.Popen[str], lines: list[str], text: str, timeout: float = 240.0) -> None:
@@ -363,15 +364,15 @@ def wait_for(proc: subprocess.Popen[str], lines: list[str], text: str, timeout: 
     blocks on its next write once the pipe is full."""
     out = proc.stdout
     assert out is not None
-    if proc.pid not in _READERS:
+    if proc not in _READERS:
 
         def read() -> None:
             for line in out:
                 lines.append(line)
 
-        _READERS[proc.pid] = threading.Thread(target=read, daemon=True)
-        _READERS[proc.pid].start()
-    reader, deadline = _READERS[proc.pid], time.monotonic() + timeout
+        _READERS[proc] = threading.Thread(target=read, daemon=True)
+        _READERS[proc].start()
+    reader, deadline = _READERS[proc], time.monotonic() + timeout
     while not any(text in line for line in list(lines)):
         if not reader.is_alive() or time.monotonic() > deadline:
             raise AssertionError(f"no {text!r} within {timeout:.0f} s (rc {proc.poll()}):\n{''.join(lines)}")
