@@ -99,8 +99,8 @@ def _make(controller: str, name: str, value: int) -> Path | None:
 class SandboxCgroup:
     """The pids and memory cgroups of one sandbox (either may be None).
 
-    Two levels each: the sandbox's own process server lives in ``<name>`` (no limit; it joins
-    between fork and exec with :meth:`join_self`), every command it starts moves itself into
+    Two levels each: the sandbox's own process server lives in ``<name>`` (no limit; the sandbox
+    launcher joins :meth:`server_procs` before it execs), every command it starts moves itself into
     ``<name>/agent``, which carries the limits (:meth:`agent_procs`). So when the agent exhausts
     its memory budget, the OOM killer chooses among the agent's processes only (tmpfs pages belong
     to no process, so otherwise it could pick the server and end the sandbox)."""
@@ -132,14 +132,9 @@ class SandboxCgroup:
         """The v1 cgroups a sandbox called ``name`` would have (for removing leftovers)."""
         return cls(_ROOT / "pids" / "lego" / name / "agent", _ROOT / "memory" / "lego" / name / "agent")
 
-    def join_self(self) -> None:
-        """Move the calling process into the cgroups (safe between fork and exec: plain writes)."""
-        for procs in self._procs:
-            fd = os.open(procs, os.O_WRONLY)
-            try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
+    def server_procs(self) -> list[str]:
+        """The ``cgroup.procs`` files the sandbox's process server joins (one per directory)."""
+        return list(self._procs)
 
     def exists(self) -> bool:
         return any(p is not None and p.parent.exists() for p in (self.pids, self.memory))

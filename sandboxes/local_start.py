@@ -5,43 +5,34 @@ owns (what they isolate is in :mod:`lego.sandboxes.local`)."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import resource
 import shutil
-import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+import lego.sandboxes.launcher
 import lego.sandboxes.spawner
 from lego.config import SandboxConfig
 from lego.errors import SandboxError
 from lego.sandboxes.cgroup import SandboxCgroup
-from lego.sandboxes.layout import bwrap_args, etc_files
-from lego.sandboxes.privilege import HostIdentity, enter_private_ns
+from lego.sandboxes.layout import FS_DIRS, bwrap_args, etc_files
+from lego.sandboxes.privilege import HostIdentity
 from lego.sandboxes.processes import kill_tree
 from lego.sandboxes.spawner_client import READY_TIMEOUT_S, recv_json
 
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child must not dlopen
+_LAUNCHER = Path(lego.sandboxes.launcher.__file__)
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets SIGKILL when the thread that started it exits (as bwrap's
-    ``--die-with-parent``), and exits at once if its parent is already gone. The setting survives
-    exec, setpriv's capability drops and joining namespaces (only a uid/gid change clears it)."""
-
-    def arm() -> None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return arm
+def _launched(spec: dict[str, object], argv: Sequence[str]) -> list[str]:
+    """``argv`` run through :mod:`lego.sandboxes.launcher` with ``spec``: the set-up a
+    ``preexec_fn`` would do, without making :class:`subprocess.Popen` fork all of lego."""
+    return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec), "--", *argv]
 
 
 __all__ = ["HostProcesses", "copy_owned", "mount_root", "workdir"]
@@ -133,16 +124,24 @@ class HostProcesses:
             os.close(w)
             data_fds[inside] = r
         args = bwrap_args(fs, ro_binds=[(point, str(src)) for src, point in stage], data_fds=data_fds)
-        fs_bytes = self.cfg.disk_mb << 20
-        tie = _die_with_parent(os.getpid())
-
-        def child() -> None:
-            self.limits()
-            enter_private_ns(self.identity, fs, fs_bytes, stage)
-            # bubblewrap's own --die-with-parent arrives through --args and acts only once its set-up
-            # is done: until then a lego killed mid-start would leave it waiting forever. Armed after
-            # the identity change (which clears it).
-            tie()
+        ident = self.identity
+        # The limits and cgroups, then the private mount namespace and the sandbox identity, then
+        # the tie to lego: bubblewrap's own --die-with-parent arrives through --args and acts only
+        # once its set-up is done, so until then a lego killed mid-start would leave it waiting
+        # forever. Armed after the identity change (which clears it).
+        spec = {
+            **self._limits(),
+            "ns": {
+                "uid": ident.uid,
+                "gid": ident.gid,
+                "privileged": ident.privileged,
+                "fs": str(fs),
+                "fs_bytes": self.cfg.disk_mb << 20,
+                "dirs": list(FS_DIRS),
+                "stage": [[str(src), str(point)] for src, point in stage],
+            },
+            "parent": os.getpid(),
+        }
 
         # Arguments go through --args, so /proc/1/cmdline inside shows no host paths. They are all
         # in place before bubblewrap starts (a memory file, read to its end): through a pipe written
@@ -158,7 +157,7 @@ class HostProcesses:
             self.start_spawner(
                 ["bwrap", "--args", str(args_r), "--info-fd", str(info_w), "--", str(python)],
                 extra_fds=(args_r, info_w, *data_fds.values()),
-                preexec=child,
+                spec=spec,
             )
         finally:
             for fd in (args_r, info_w, *data_fds.values()):
@@ -175,9 +174,10 @@ class HostProcesses:
         *,
         cwd: Path | None = None,
         extra_fds: Sequence[int] = (),
-        preexec: Callable[[], None] | None = None,
+        spec: dict[str, object] | None = None,
     ) -> None:
-        """Start the process server (:mod:`lego.sandboxes.spawner`) as ``prefix + [python]``'s program."""
+        """Start the process server (:mod:`lego.sandboxes.spawner`) as ``prefix + [python]``'s
+        program, through the launcher with ``spec`` (default: the limits and cgroups)."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ctrl = mine
         # The source arrives on stdin (a pipe buffer holds it), so /proc/1/cmdline stays short.
@@ -188,14 +188,13 @@ class HostProcesses:
         argv = [*prefix, "-I", "-S", "-", str(theirs.fileno()), *map(str, cg_fds)]
         try:
             self.init = subprocess.Popen(
-                argv,
+                _launched(spec if spec is not None else self._limits(), argv),
                 stdin=src_r,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 pass_fds=(theirs.fileno(), *cg_fds, *extra_fds),
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=preexec or self.limits,
             )
         finally:
             theirs.close()
@@ -266,12 +265,11 @@ class HostProcesses:
         # Its own session (a signal to lego's process group must not end it mid-rollout), but never an
         # orphan: when lego dies without stop() (SIGKILL, an unhandled SIGTERM) it dies too.
         self.bridge = subprocess.Popen(
-            argv,
+            _launched({"parent": os.getpid()}, argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_die_with_parent(os.getpid()),
         )
         needle = f"0100007F:{port:04X}"
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -288,14 +286,17 @@ class HostProcesses:
         err = self.bridge.stderr.read().decode(errors="replace") if self.bridge.poll() is not None else ""  # type: ignore[union-attr]
         raise SandboxError(f"the proxy bridge (socat) did not listen on 127.0.0.1:{port}: {err.strip() or 'timed out'}")
 
-    def limits(self) -> None:
-        """Runs in the child between fork and exec: per-process limits and the cgroups."""
-        cpu, mem = self.cfg.cpu_seconds, self.cfg.memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NPROC, (self.cfg.max_processes, self.cfg.max_processes))
-        self.cgroup.join_self()
+    def _limits(self) -> dict[str, object]:
+        """The launcher's per-process limits and the sandbox's cgroups (see :mod:`lego.sandboxes.launcher`)."""
+        return {
+            "rlimits": {
+                "CPU": self.cfg.cpu_seconds,
+                "AS": self.cfg.memory_mb * 1024 * 1024,
+                "CORE": 0,
+                "NPROC": self.cfg.max_processes,
+            },
+            "cgroup_procs": self.cgroup.server_procs(),
+        }
 
     def stop(self) -> None:
         """Close the control socket (the server kills everything it started and exits), then make

@@ -20,10 +20,11 @@ never lets two processes hold one slot.
 When lego runs as an ordinary user, the sandbox runs as that user (as before); the per-user
 accounts are then shared with that user's other processes.
 
-Private mount namespace. Between fork and exec of bubblewrap (:func:`enter_private_ns`), the
-child enters a new mount namespace (plus, when not root, a user namespace mapping only its own uid,
-which grants the right to mount in it), makes every mount private, and mounts there, invisible to
-the host and to other sandboxes:
+Private mount namespace. Before it execs bubblewrap, the sandbox launcher
+(:func:`lego.sandboxes.launcher.enter_private_ns`; a program of its own, see
+:mod:`lego.sandboxes.launcher` for why not a ``preexec_fn``) enters a new mount namespace (plus,
+when not root, a user namespace mapping only its own uid, which grants the right to mount in it),
+makes every mount private, and mounts there, invisible to the host and to other sandboxes:
 
 * the sandbox's one tmpfs (``size=disk_mb``, owned by the sandbox uid), whose subdirectories become
   /repo, /tmp, /var/tmp, /run, HOME and /dev/shm inside: one disk budget for all of them, and no
@@ -41,26 +42,20 @@ namespace's owner.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import os
 import pwd
 import random
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from lego.errors import SandboxError
 
-__all__ = ["UID_BASE", "HostIdentity", "enter_private_ns", "sweep_locks"]
+__all__ = ["UID_BASE", "HostIdentity", "sweep_locks"]
 
 UID_BASE = 0x70000000
 _SLOTS = 65536
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWUSER = 0x10000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass
@@ -132,46 +127,3 @@ def sweep_locks(locks: Path) -> int:
         finally:
             os.close(fd)
     return removed
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _mount(src: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    _check(
-        _libc.mount(
-            src.encode(), target.encode(), fstype.encode() if fstype else None, flags, data.encode() if data else None
-        ),
-        f"mount {target}",
-    )
-
-
-def enter_private_ns(ident: HostIdentity, fs: Path, fs_bytes: int, stage: Sequence[tuple[Path, Path]]) -> None:
-    """In the child between fork and exec (see module doc): private mount namespace, the sandbox
-    tmpfs at ``fs`` with its :data:`lego.sandboxes.layout.FS_DIRS`, each (source, staging dir) bind,
-    then the sandbox identity. Only system calls: nothing here may take a lock."""
-    from lego.sandboxes.layout import FS_DIRS
-
-    if ident.privileged:
-        _check(_libc.unshare(_CLONE_NEWNS), "unshare(mount)")
-    else:
-        uid, gid = os.getuid(), os.getgid()
-        _check(_libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(user, mount)")
-        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1\n")
-        Path("/proc/self/setgroups").write_text("deny\n")
-        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1\n")
-    _mount("none", "/", None, _MS_REC | _MS_PRIVATE, None)
-    opts = f"size={fs_bytes},mode=0755,uid={ident.uid},gid={ident.gid}"
-    _mount("tmpfs", str(fs), "tmpfs", _MS_NOSUID | _MS_NODEV, opts)
-    for sub in FS_DIRS:
-        os.mkdir(fs / sub)
-        os.chown(fs / sub, ident.uid, ident.gid)
-    for src, dest in stage:
-        _mount(str(src), str(dest), None, _MS_BIND | _MS_REC, None)
-    if ident.privileged:
-        os.setgroups([])
-        os.setresgid(ident.gid, ident.gid, ident.gid)
-        os.setresuid(ident.uid, ident.uid, ident.uid)
