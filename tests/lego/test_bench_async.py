@@ -69,3 +69,38 @@ def test_both_loops_run_for_the_budget_and_compare(tiny_model_dir: Path, tmp_pat
     assert k1["vs_k0"]["cpu_busy"] == pytest.approx(k1["cpu_busy"] / k0["cpu_busy"])
     assert k1["vs_k0"]["rollouts_per_hour"] == pytest.approx(k1["rollouts_per_hour"] / k0["rollouts_per_hour"])
     assert "staleness_mean" in k1 and report["caveats"]
+
+
+@pytest.mark.slow
+def test_eval_compares_every_k_with_one_shared_start(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--eval with several k: each k's last checkpoint against the start in one eval directory, each
+    under its own name (one name per model there), the start sampled once; and the throughput is on
+    disk before the evaluation starts (a failed evaluation used to lose the whole report)."""
+    tasks = make_calc_tasks(tmp_path / "calc")
+    overrides = (
+        f"tasks.source={tasks}",
+        "tasks.eval_split=train",
+        f"engine.model={tiny_model_dir}",
+        "training.tasks_per_step=1",
+        "training.concurrency=2",
+        "algorithm.group_size=2",
+        "harness.max_turns=2",
+        "harness.options={lego-agent = {max_tokens = 24}}",
+        "eval.temperatures=[1.0]",
+        "eval.sweep_samples=1",
+        "eval.pass_at_k=[1]",
+        "eval.confirm_samples=0",
+    )
+    report = run_bench(
+        tmp_path / "out", minutes=0.2, staleness=[0, 1], seed=0, overrides=overrides, evaluate=True, limit=1
+    )
+    assert json.loads((tmp_path / "out" / "async.json").read_text()) == json.loads(json.dumps(report))
+    for k in ("0", "1"):
+        bvb = report["runs"][k]["heldout_best_vs_best"]
+        assert bvb["n_tasks"] == 1 and 0.0 <= bvb["after"] <= 1.0 and 0.0 <= bvb["before"] <= 1.0, bvb
+    (temperature,) = (tmp_path / "out" / "eval").glob("T*")
+    assert sorted(p.name for p in (temperature / "samples").iterdir()) == ["k0", "k1", "start"]
+    progress = [ln.strip() for ln in capsys.readouterr().err.splitlines() if ln.strip().endswith("min left")]
+    assert progress[-1].startswith("1/1 samples"), progress  # k1's evaluation sampled k1 alone

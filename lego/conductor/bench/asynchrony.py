@@ -174,9 +174,9 @@ def run_bench(
                 f: (run[f] / base[f] if base[f] else float("inf"))
                 for f in ("rollouts_per_hour", "updates_per_hour", "engine_busy", "trainer_busy", "cpu_busy")
             }
+    atomic_write_json(out / "async.json", report, indent=1)  # the throughput, before the long evaluation
     if evaluate:
         _evaluate(report, out, staleness, seed, config, overrides, limit, console)
-    atomic_write_json(out / "async.json", report, indent=1)
     return report
 
 
@@ -190,7 +190,8 @@ def _evaluate(
     limit: int | None,
     console: Any,
 ) -> None:
-    """Each run's last checkpoint against the start, best-vs-best on held-out tasks (the start's samples shared)."""
+    """Each run's last checkpoint against the start, best-vs-best on held-out tasks: one eval directory,
+    each k's checkpoint under its own policy name ``k<k>``, so the start is sampled once and shared."""
     from lego.conductor.bench.learn_sweep import compare_policies
     from lego.config import load_config
     from lego.tasks.sources import load_tasks
@@ -203,9 +204,10 @@ def _evaluate(
         if pick is None:
             continue
         console.print(f"k={k}: held-out best-vs-best of {pick} against the start on {len(tasks)} tasks")
-        comparison, _ = compare_policies(cfg, cfg.engine.model, str(pick), tasks, out / "eval", seed, None)
+        comparison, _ = compare_policies(cfg, cfg.engine.model, str(pick), tasks, out / "eval", seed, None, f"k{k}")
         bvb = comparison.model_dump(mode="json")["best_vs_best"]
         report["runs"][str(k)]["heldout_best_vs_best"] = bvb
+        atomic_write_json(out / "async.json", report, indent=1)  # what is measured so far survives a failure
 
 
 def _staleness(value: str) -> list[int]:

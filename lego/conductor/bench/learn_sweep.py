@@ -202,30 +202,32 @@ def compare_policies(
     out: Path,
     seed: int,
     factory: SampleFnFactory | None = None,
+    name: str = "trained",
 ) -> tuple[FairComparison, dict[str, Any]]:
     """Sweep ``start`` and ``trained``, then (``eval.confirm_samples`` > 0) draw each one's confirm samples
     at its best temperature, and compare them (:func:`lego.eval.sweep.compare_sweeps`). The start's
-    samples already in ``out`` are reused. Returns the comparison and the bookkeeping (wall seconds of
+    samples already in ``out`` are reused, so several trained policies can share one ``out``, each
+    under its own ``name`` (a name loads one model per directory). Returns the comparison and the bookkeeping (wall seconds of
     the sweep and the confirm stage, per-temperature counters of the trained policy)."""
-    results, wall = run_sweep(cfg, {"start": start, "trained": trained}, tasks, out, seed, factory)
+    results, wall = run_sweep(cfg, {"start": start, name: trained}, tasks, out, seed, factory)
     ids = [t.instance_id for t in tasks]
     n = cfg.eval.sweep_samples
-    info: dict[str, Any] = {"wall_s": round(wall, 1), "points": point_counters(results, "trained")}
+    info: dict[str, Any] = {"wall_s": round(wall, 1), "points": point_counters(results, name)}
     confirm = None
     if cfg.eval.confirm_samples:
-        tb, ta = best_temperature(results, "start", ids, n), best_temperature(results, "trained", ids, n)
-        chosen, cwall = run_confirm(cfg, {"start": (start, tb), "trained": (trained, ta)}, tasks, out, seed, factory)
+        tb, ta = best_temperature(results, "start", ids, n), best_temperature(results, name, ids, n)
+        chosen, cwall = run_confirm(cfg, {"start": (start, tb), name: (trained, ta)}, tasks, out, seed, factory)
         m = cfg.eval.confirm_samples
         confirm = ConfirmGrids(
             tb,
             ta,
             sample_grid(chosen["start"], "start", ids, n, m),
-            sample_grid(chosen["trained"], "trained", ids, n, m),
+            sample_grid(chosen[name], name, ids, n, m),
         )
         info.update(confirm_wall_s=round(cwall, 1), confirm_temperature=ta)
     comparison = compare_sweeps(
         outcome_grid(results, "start", ids, n),
-        outcome_grid(results, "trained", ids, n),
+        outcome_grid(results, name, ids, n),
         list(cfg.eval.temperatures),
         list(cfg.eval.pass_at_k),
         n_boot=cfg.eval.bootstrap,
