@@ -72,6 +72,10 @@ def _check_spec(out_dir: Path, spec: EvalSpec) -> None:
                     f"{out_dir}: policy {p.name!r} was {old_models[p.name]!r}, now {p.model!r}; "
                     "give it another name or use a new --out"
                 )
+        # Every name the directory has samples of stays on record, not only this run's: a later run
+        # that reuses an earlier name for another model is refused too.
+        names = {p.name for p in spec.policies}
+        spec = spec.model_copy(update={"policies": [*(p for p in old.policies if p.name not in names), *spec.policies]})
     atomic_write_json(path, spec.model_dump(mode="json"), indent=1)
 
 

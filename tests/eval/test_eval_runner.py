@@ -118,6 +118,21 @@ def test_rerun_with_another_seed_or_model_is_refused(tmp_path: Path) -> None:
         run_eval(moved, lambda k: SampleResult(key=k, passed=False), tmp_path)
 
 
+def test_a_name_keeps_its_model_across_runs_that_do_not_name_it(tmp_path: Path) -> None:
+    """Runs may add policies to a directory; a name, once sampled there, keeps meaning its model even
+    when a run in between did not name it."""
+    spec = make_spec(n_tasks=1, samples=1)
+
+    def fails(key: SampleKey) -> SampleResult:
+        return SampleResult(key=key, passed=False)
+
+    run_eval(spec, fails, tmp_path)
+    run_eval(spec.model_copy(update={"policies": [PolicySpec(name="other", model="m2")]}), fails, tmp_path)
+    moved = spec.model_copy(update={"policies": [PolicySpec(name="base", model="m3")]})
+    with pytest.raises(ResumeError, match="policy 'base'"):
+        run_eval(moved, fails, tmp_path)
+
+
 def _cli(out: Path, tasks: Path, calls: Path, sleep: str) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
