@@ -98,9 +98,11 @@ def test_eval_compares_every_k_with_one_shared_start(
     )
     assert json.loads((tmp_path / "out" / "async.json").read_text()) == json.loads(json.dumps(report))
     for k in ("0", "1"):
-        bvb = report["runs"][k]["heldout_best_vs_best"]
+        bvb = report["runs"][k]["heldout"]["best_vs_best"]
         assert bvb["n_tasks"] == 1 and 0.0 <= bvb["after"] <= 1.0 and 0.0 <= bvb["before"] <= 1.0, bvb
     (temperature,) = (tmp_path / "out" / "eval").glob("T*")
     assert sorted(p.name for p in (temperature / "samples").iterdir()) == ["k0", "k1", "start"]
-    progress = [ln.strip() for ln in capsys.readouterr().err.splitlines() if ln.strip().endswith("min left")]
+    err = capsys.readouterr().err
+    assert err.count("held-out pass@1, start at T=1 vs k=") == 2  # a line per k, beside its JSON
+    progress = [ln.strip() for ln in err.splitlines() if ln.strip().endswith("min left")]
     assert progress[-1].startswith("1/1 samples"), progress  # k1's evaluation sampled k1 alone

@@ -24,8 +24,9 @@ another job on the machine inflates it (the JSON says so).
 Every figure of ``k >= 1`` is also given as a ratio to ``k = 0`` measured in the same invocation, so
 the numbers compare across machines. With ``--eval`` (off by default: it multiplies the bench's
 time), each run's last checkpoint is compared with the start policy best-vs-best on the held-out
-tasks (:func:`lego.conductor.bench.learn_sweep.compare_policies`), so a throughput gain that costs
-pass@1 shows up beside it. ``OUT/async.json`` holds everything.
+tasks (:func:`lego.conductor.bench.learn_sweep.compare_policies`; the whole comparison, confirmed on
+fresh samples when ``eval.confirm_samples`` > 0, is each run's ``heldout``), so a throughput gain
+that costs pass@1 shows up beside it. ``OUT/async.json`` holds everything.
 
 Caveats, written into the JSON too: a short budget gives few updates (the ratios of a 10-minute run
 on 2 cores rest on a handful of steps), and on one CPU box the engine, the trainer, the harness
@@ -205,8 +206,14 @@ def _evaluate(
             continue
         console.print(f"k={k}: held-out best-vs-best of {pick} against the start on {len(tasks)} tasks")
         comparison, _ = compare_policies(cfg, cfg.engine.model, str(pick), tasks, out / "eval", seed, None, f"k{k}")
-        bvb = comparison.model_dump(mode="json")["best_vs_best"]
-        report["runs"][str(k)]["heldout_best_vs_best"] = bvb
+        report["runs"][str(k)]["heldout"] = comparison.model_dump(mode="json")
+        bvb, confirmed = comparison.best_vs_best, comparison.confirmed
+        fair, where = (confirmed.scored, "fresh samples") if confirmed else (bvb, "the sweep's samples")
+        console.print(
+            f"      held-out pass@1, start at T={bvb.before_temperature:g} vs k={k} at T={bvb.after_temperature:g}: "
+            f"{fair.before:.3f} -> {fair.after:.3f}, {fair.delta:+.3f} [{fair.ci95[0]:+.3f}, {fair.ci95[1]:+.3f}], "
+            f"p={fair.p_value:.3g} ({where})"
+        )
         atomic_write_json(out / "async.json", report, indent=1)  # what is measured so far survives a failure
 
 
