@@ -46,18 +46,22 @@ def test_cpu_busy_is_the_share_of_cpu_time_not_idle_or_waiting_on_io() -> None:
     assert cpu_busy(before, before) == 0.0
 
 
-@pytest.mark.slow
-def test_both_loops_run_for_the_budget_and_compare(tiny_model_dir: Path, tmp_path: Path) -> None:
-    tasks = make_calc_tasks(tmp_path / "calc")
-    overrides = (
+def _tiny(tasks: Path, model: Path) -> tuple[str, ...]:
+    """The tiny stack on the calc tasks: one group of 2 rollouts per update, 2 turns of 24 tokens."""
+    return (
         f"tasks.source={tasks}",
-        f"engine.model={tiny_model_dir}",
+        f"engine.model={model}",
         "training.tasks_per_step=1",
         "training.concurrency=2",
         "algorithm.group_size=2",
         "harness.max_turns=2",
         "harness.options={lego-agent = {max_tokens = 24}}",
     )
+
+
+@pytest.mark.slow
+def test_both_loops_run_for_the_budget_and_compare(tiny_model_dir: Path, tmp_path: Path) -> None:
+    overrides = _tiny(make_calc_tasks(tmp_path / "calc"), tiny_model_dir)
     report = run_bench(tmp_path / "out", minutes=0.4, staleness=[0, 1], seed=0, overrides=overrides)
     assert json.loads((tmp_path / "out" / "async.json").read_text()) == json.loads(json.dumps(report))
     k0, k1 = report["runs"]["0"], report["runs"]["1"]
@@ -78,16 +82,9 @@ def test_eval_compares_every_k_with_one_shared_start(
     """--eval with several k: each k's last checkpoint against the start in one eval directory, each
     under its own name (one name per model there), the start sampled once; and the throughput is on
     disk before the evaluation starts (a failed evaluation used to lose the whole report)."""
-    tasks = make_calc_tasks(tmp_path / "calc")
     overrides = (
-        f"tasks.source={tasks}",
+        *_tiny(make_calc_tasks(tmp_path / "calc"), tiny_model_dir),
         "tasks.eval_split=train",
-        f"engine.model={tiny_model_dir}",
-        "training.tasks_per_step=1",
-        "training.concurrency=2",
-        "algorithm.group_size=2",
-        "harness.max_turns=2",
-        "harness.options={lego-agent = {max_tokens = 24}}",
         "eval.temperatures=[1.0]",
         "eval.sweep_samples=1",
         "eval.pass_at_k=[1]",
