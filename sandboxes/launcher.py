@@ -32,6 +32,7 @@ import ctypes
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 from collections.abc import Sequence
@@ -133,16 +134,6 @@ def prepare(spec: dict[str, object]) -> None:
             raise OSError(f"lego (pid {parent}) exited before its sandbox started")
 
 
-def _which(name: str) -> str:
-    if os.sep in name:
-        return name
-    for d in os.get_exec_path():
-        path = os.path.join(d, name)
-        if os.access(path, os.X_OK) and not os.path.isdir(path):
-            return path
-    raise FileNotFoundError(f"{name} not found on PATH")
-
-
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
         sys.stderr.write("usage: launcher.py SPEC_JSON -- PROGRAM [ARGS...]\n")
@@ -150,7 +141,9 @@ def main(argv: list[str]) -> int:
     try:
         # Looked up now, as lego: after the identity change the sandbox uid may not read the
         # directories (nor the standard library that a later lookup would import).
-        program = _which(argv[3])
+        program = shutil.which(argv[3])
+        if program is None:
+            raise FileNotFoundError(f"{argv[3]} not found on PATH")
         prepare(json.loads(argv[1]))
         os.execv(program, argv[3:])
     except Exception as e:  # one line, read by lego as the start-up error
