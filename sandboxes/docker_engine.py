@@ -239,6 +239,10 @@ def run_bridge_container(
     )
 
 
+DRAIN_S = 5.0
+"""Seconds of silence after an exec exited before its still-open stream is taken as a daemon's."""
+
+
 def exec_as_root(
     api: Any,
     container: str,
@@ -253,8 +257,9 @@ def exec_as_root(
     on_runaway: Callable[[], None],
 ) -> tuple[int, bytes, bytes, bool, float]:
     """One exec as root in ``container``: (exit code, stdout, stderr, overflow, wall_s). Returns once
-    the exec's process has exited and its output drained (1 s of grace for a daemon holding the
-    stream), its output passed ``cap`` or ``limit + 10`` s passed; in the last two cases
+    the exec's process has exited and its stream ended (or, for a daemon that inherited the stream,
+    ``DRAIN_S`` passed with no output since the exit: dockerd may deliver output seconds after
+    ``exec_inspect`` reports the exit when the host is busy), its output passed ``cap`` or ``limit + 10`` s passed; in the last two cases
     ``on_runaway`` is called (it kills every agent process) before the exit code is read."""
     from docker.errors import APIError
 
@@ -274,7 +279,7 @@ def exec_as_root(
             raw.shutdown(socket.SHUT_WR)
         hard = t0 + limit + 10
         exited_at: float | None = None
-        last_check = 0.0
+        last_check = last_data = 0.0
         while True:
             ready, _, _ = select.select([raw], [], [], 0.2)
             now = time.monotonic()
@@ -282,6 +287,7 @@ def exec_as_root(
                 chunk = raw.recv(1 << 16)
                 if not chunk:
                     break
+                last_data = now
                 frames.feed(chunk)
                 if frames.overflow:
                     break
@@ -292,7 +298,7 @@ def exec_as_root(
                 last_check = now
                 if not api.exec_inspect(exec_id).get("Running"):
                     exited_at = now
-            elif exited_at is not None and now - exited_at > 1.0:
+            elif exited_at is not None and now - max(exited_at, last_data) > DRAIN_S:
                 break
     finally:
         with contextlib.suppress(OSError):
