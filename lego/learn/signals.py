@@ -140,7 +140,10 @@ class NextState:
     person's recorded messages (only in a session that records them; see the module docstring).
     ``asked``: what the person last asked before the turn -- the last user message of the turn's own
     request that is theirs (by the same rule), else None. Read from the turn, not from what followed,
-    so it is not part of :meth:`to_json` (a judge that shows it, shows it beside the state)."""
+    so it is not part of :meth:`to_json` (a judge that shows it, shows it beside the state).
+    ``attempt_steps``: on a turn whose next state holds the person's message (the turn that closed an
+    attempt), how many turns of its thread the attempt took, itself included; 0 on the others. Not
+    part of :meth:`to_json` either: it says where the turn sits, not what followed it."""
 
     session_id: str
     turn: int
@@ -158,6 +161,7 @@ class NextState:
     episode_reply: str | None = None
     unrecorded_user_messages: tuple[str, ...] = ()
     asked: str | None = None
+    attempt_steps: int = 0
 
     @property
     def known(self) -> bool:
@@ -474,8 +478,17 @@ def session_signals(turns: Iterable[TurnRecord], *, ended: bool, said: Sequence[
 
 
 def _episode_replies(states: dict[int, NextState], by_thread: dict[str, list[TurnRecord]]) -> None:
-    """Give each turn without a message of the person in its next state the first one later in its thread."""
+    """Give each turn without a message of the person in its next state the first one later in its
+    thread, and each turn with one the number of turns of the attempt it closed."""
     for thread in by_thread.values():
+        steps = 0
+        for t in thread:
+            if t.index is None:
+                continue
+            steps += 1
+            if states[t.index].user_message is not None:
+                states[t.index] = replace(states[t.index], attempt_steps=steps)
+                steps = 0
         later: str | None = None
         for t in reversed(thread):
             if t.index is None:

@@ -15,7 +15,7 @@ from lego.conductor.serve_learner import ServeLearner
 from lego.conductor.simulated_use import THANKS, SimulatedUser, UseDriver
 from lego.config import load_config
 from lego.engines.scripted import ScriptedEngine
-from lego.learn.judge import RuleJudge, judge_store
+from lego.learn.judge import RuleJudge, hindsight_hint, judge_store
 from lego.learn.server import LearnServer
 from lego.learn.signals import session_signals
 from lego.tasks.sources import load_tasks
@@ -90,6 +90,10 @@ def test_a_wrong_fix_is_requeried_the_right_one_thanked_and_every_step_of_each_a
     states = session_signals(turns, ended=True)
     assert [s.user_message is not None for s in states] == [False, True, False, True, False]
     assert states[0].episode_reply == requery and states[2].episode_reply == THANKS
+    assert [s.attempt_steps for s in states] == [0, 2, 0, 2, 0]
+    # Hindsight distillation: the re-query is the hint of the edit that caused it, not of the submit that
+    # closed the attempt (distilled there, the agent learned never to finish).
+    assert requery.strip()[:100] in (hindsight_hint(states[0]) or "") and hindsight_hint(states[1]) is None
     judge_store(store, RuleJudge())
     verdicts = {v.turn: v for v in store.verdicts(session_id=record.session_id, judge="rules")}
     assert {t: (v.score, v.rules) for t, v in verdicts.items() if v.score is not None} == {
