@@ -347,6 +347,9 @@ def test_bench_use_runs_its_phases_on_a_scripted_policy_and_reports_what_the_lea
         3,
     )
     (row,) = [json.loads(x) for x in (out / "sessions.jsonl").read_text().splitlines()]
+    assert report["per_harness"] == {
+        "lego-agent": {"sessions": 1, "green": 1, "unheard": 0, "session_s": round(row["wall_s"], 1)}
+    }
     assert row["task"] == "lego-boundary__train-0001" and row["green"] and row["replies"] == [THANKS]
     # the agent's fix and its "done" were thanked (+0.5 each); its answer to the thanks had nothing after it
     # (every verdict written counts: a turn judged while the session ran is judged again once it settled)

@@ -18,7 +18,7 @@ The experiment of learning from use, end to end on this machine, with no hidden 
    `lego bench learn` scores `lego train` (:func:`lego.conductor.bench.learn.compare_to_start`).
 
 ``OUT/use.json`` holds every number (the sessions: how many, how many ended green, per quarter of
-the budget; the learner's steps with their mean score, baseline, fidelity and wall time, and its
+the budget and per harness; the learner's steps with their mean score, baseline, fidelity and wall time, and its
 held-out checks; the judge's verdict counts), ``OUT/use.png`` the plots, ``OUT/sessions.jsonl``
 each session. Run it once per ``--signal`` into different ``--out`` directories with one
 ``--eval-seed`` and copy the first ``OUT/eval`` into the others to reuse the start's samples.
@@ -48,6 +48,19 @@ def _quarters(records: list[dict[str, Any]], budget_s: float) -> list[dict[str, 
         green = sum(1 for r in inside if r["green"])
         out.append({"quarter": q + 1, "sessions": len(inside), "green": green,
                     "green_share": green / len(inside) if inside else None})  # fmt: skip
+    return out
+
+
+def _per_harness(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each harness's sessions: how many, how many ended green, how many ended before the person could
+    answer (``unheard``: the harness exited on its own), and the seconds they took together."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        row = out.setdefault(r["harness"], {"sessions": 0, "green": 0, "unheard": 0, "session_s": 0.0})
+        row["sessions"] += 1
+        row["green"] += int(bool(r["green"]))
+        row["unheard"] += int(bool(r.get("unheard")))
+        row["session_s"] = round(row["session_s"] + r["wall_s"], 1)
     return out
 
 
@@ -205,6 +218,7 @@ def _simulated_use(
         "sessions_green": sum(1 for r in records if r["green"]),
         "sessions_failed_to_run": sum(1 for r in records if r["error"]),
         "session_quarters": _quarters(records, minutes * 60.0),
+        "per_harness": _per_harness(records),
         "turns": turns,
         "verdicts": verdicts,
         "rules": rules,
