@@ -33,7 +33,7 @@ import click
 from lego.errors import ConfigError
 from lego.io import atomic_write_json
 
-__all__ = ["command", "compare_to_start", "pick_checkpoint", "report_head", "run_bench", "sweep_start"]
+__all__ = ["command", "compare_to_start", "copy_start", "pick_checkpoint", "report_head", "run_bench", "sweep_start"]
 
 
 class _BudgetSpent(Exception):
@@ -195,13 +195,67 @@ def report_head(cfg: Any, minutes: float, tasks: int, seed: int, eval_seed: int)
     }
 
 
+def copy_start(source: Path, out: Path) -> int:
+    """``--start-from``: another learning bench run's samples of the start policy, into a fresh
+    ``out/eval``, so this run (same ``--eval-seed``) does not sample the start again. Only the start's:
+    each eval directory's ``samples/start`` and ``trajectories/start``, and its ``spec.json`` naming the
+    start alone. The other run's trained policy stays behind: in an eval directory a name is bound to one
+    model, and ``trained`` is this run's checkpoint, so a whole copied ``OUT/eval`` would stop this run's
+    comparison (a ResumeError) after all its training. Returns the sample files copied."""
+    import shutil
+
+    src, dst = source / "eval", out / "eval"
+    specs = sorted(src.glob("*/spec.json"))
+    if not any((spec.parent / "samples" / "start").is_dir() for spec in specs):
+        raise ConfigError(f"--start-from {source}: no start samples in {src}/*/samples/start; give the --out of "
+                          "an earlier `lego bench learn` or `lego bench use` run")  # fmt: skip
+    if dst.exists() and any(dst.iterdir()):
+        held = {
+            p.get("name") for spec in dst.glob("*/spec.json") for p in json.loads(spec.read_text()).get("policies", [])
+        }
+        if held == {"start"}:
+            return 0  # copied by an earlier try of this command (one that stopped before sampling anything)
+        raise ConfigError(
+            f"--start-from {source}: {dst} already holds samples of {sorted(map(str, held))}; give a fresh --out"
+        )
+    copied = 0
+    for spec in specs:
+        data = json.loads(spec.read_text(encoding="utf-8"))
+        data["policies"] = [p for p in data.get("policies", []) if p.get("name") == "start"]
+        if not data["policies"]:
+            continue
+        into = dst / spec.parent.name
+        for sub in ("samples", "trajectories"):
+            if (spec.parent / sub / "start").is_dir():
+                shutil.copytree(spec.parent / sub / "start", into / sub / "start")
+        atomic_write_json(into / "spec.json", data, indent=1)
+        copied += sum(1 for f in (into / "samples" / "start").rglob("*") if f.is_file())
+    return copied
+
+
+def _check_own_eval(out: Path) -> None:
+    """``out/eval`` must not hold another run's trained policy (a copied ``OUT/eval``): this run's
+    comparison binds ``trained`` to its own checkpoint and would stop after all the training."""
+    for spec in sorted((out / "eval").glob("*/spec.json")):
+        for p in json.loads(spec.read_text(encoding="utf-8")).get("policies", []):
+            model = Path(str(p.get("model", "")))
+            if p.get("name") == "trained" and not model.resolve().is_relative_to(out.resolve()):
+                raise ConfigError(
+                    f"{spec.parent} holds samples of another run's trained policy ({model}); this run's "
+                    "`trained` is its own checkpoint. Reuse only the start's samples: a fresh --out with "
+                    "--start-from THAT_RUN's --out"
+                )
+
+
 def sweep_start(
     cfg: Any, tasks: list[Any], out: Path, eval_seed: int, factory: Any, console: Any, report: dict[str, Any]
 ) -> None:
     """Phase 1 of the learning benches: the start policy (``engine.model``) over the temperature sweep
-    on ``tasks``, then its confirm samples at its best temperature; bookkeeping into ``report``."""
+    on ``tasks``, then its confirm samples at its best temperature; bookkeeping into ``report``. Checks
+    first that ``out/eval`` holds no other run's trained policy (:func:`copy_start`)."""
     from lego.conductor.bench.learn_sweep import best_temperature, point_counters, run_confirm, run_sweep
 
+    _check_own_eval(out)
     start_model, temps, n = cfg.engine.model, list(cfg.eval.temperatures), cfg.eval.sweep_samples
     console.print(
         f"[1/3] the start policy on {len(tasks)} held-out tasks x {n} samples at T = {', '.join(map(str, temps))}"
@@ -296,7 +350,14 @@ def _temperatures(value: str | None) -> list[str]:
     type=int,
     default=None,
     help="Eval base seed (default: --seed). Two training seeds with one eval seed share the start policy's "
-    "samples: copy OUT/eval of the first run into the second's OUT to skip re-evaluating it.",
+    "samples: --start-from the first run's --out skips re-evaluating it.",
+)
+@click.option(
+    "--start-from",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="The --out of an earlier learning bench run with the same --eval-seed: its start-policy samples are "
+    "copied into this --out (a fresh one), so the start is not sampled again.",
 )
 @click.option(
     "--config",
@@ -314,11 +375,14 @@ def command(
     temperatures: str | None,
     seed: int,
     eval_seed: int | None,
+    start_from: Path | None,
     config: str | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Held-out pass@1 of the start and the trained policy over a temperature sweep, compared at each one's
     best temperature, with pass@k before and after (JSON + PNG in --out)."""
+    if start_from is not None:
+        copy_start(start_from, out_dir)
     extra = [
         *_temperatures(temperatures),
         *([f"eval.sweep_samples={samples}"] if samples is not None else []),

@@ -21,7 +21,7 @@ The experiment of learning from use, end to end on this machine, with no hidden 
 the budget and per harness; the learner's steps with their mean score, baseline, fidelity and wall time, and its
 held-out checks; the judge's verdict counts), ``OUT/use.png`` the plots, ``OUT/sessions.jsonl``
 each session. Run it once per ``--signal`` into different ``--out`` directories with one
-``--eval-seed`` and copy the first ``OUT/eval`` into the others to reuse the start's samples.
+``--eval-seed``, the later ones with ``--start-from`` the first's ``--out`` to reuse the start's samples.
 """
 
 from __future__ import annotations
@@ -263,6 +263,9 @@ def _simulated_use(
 @click.option("--temperatures", default=None, metavar="T1,T2,...", help="eval.temperatures (default 0.6,0.8,1.0,1.2).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Training seed (and eval seed by default).")
 @click.option("--eval-seed", type=int, default=None, help="Eval base seed (default: --seed).")
+@click.option("--start-from", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The --out of an earlier run with the same --eval-seed: its start-policy samples are copied "
+              "into this --out (a fresh one), so the start is not sampled again.")  # fmt: skip
 @click.option(
     "--config", type=click.Path(exists=True, dir_okay=False), default=None, help="Config (default: embedded)."
 )
@@ -280,13 +283,14 @@ def command(
     temperatures: str | None,
     seed: int,
     eval_seed: int | None,
+    start_from: Path | None,
     config: str | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Held-out pass@1 of the start and of what `lego serve --learn` learned from a simulated person's
     replies (visible tests, re-query or thanks; no hidden test in training), best-vs-best with CIs
     (JSON + PNG in --out)."""
-    from lego.conductor.bench.learn import _temperatures
+    from lego.conductor.bench.learn import _temperatures, copy_start
     from lego.harnesses.base import get_harness
     from lego.seams import Conversing
 
@@ -305,6 +309,8 @@ def command(
                 "use lego-agent or mini-swe-agent",
                 param_hint="--harness",
             )
+    if start_from is not None:
+        copy_start(start_from, out_dir)
     extra = [
         *_temperatures(temperatures),
         *([f"eval.sweep_samples={samples}"] if samples is not None else []),
