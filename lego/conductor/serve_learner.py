@@ -89,7 +89,7 @@ from lego.config import LegoConfig, ProxyConfig
 from lego.errors import ChatFormatError, ConfigError, LegoError
 from lego.io import append_jsonl, atomic_write_text
 from lego.learn.baseline import Baseline
-from lego.learn.batches import LearnableTurn, pick_turns
+from lego.learn.batches import LearnableTurn, balanced_batch, pick_turns
 from lego.learn.judge import Judge, ModelJudge, RuleJudge, judge_store
 from lego.learn.redact import Redactor
 from lego.learn.server import LearnServer
@@ -408,7 +408,10 @@ class ServeLearner:
         def carries(turns: list[LearnableTurn]) -> bool:
             return any(self.baseline.advantages([t.score for t in turns])[0])
 
-        if size > 1 and signal == "reward" and not carries(batch):
+        if signal != "opd" and self.cfg.serve.learn_pick == "balanced":
+            # The scarce scores first, up to their share of the step (batches.py: thanked turns come in clumps).
+            batch = balanced_batch(fresh, size)
+        elif size > 1 and signal == "reward" and not carries(batch):
             # Scores that carry nothing under the baseline (all agree under `batch`, or all equal the running
             # average): the freshest ready turn that would give the batch a signal replaces the least fresh
             # (the freshest, which the gate measures, stays). With `both` the distillation part can still

@@ -75,6 +75,16 @@ class ServeConfig(Section):
         "(lego.conductor.serve_learner).",
     )
     learn_batch: int = Field(8, ge=1, description="Scored turns per learner step.")
+    learn_pick: Literal["balanced", "freshest"] = Field(
+        "balanced",
+        description="Which ready turns make a learner step (serve.learn_signal=reward|both; opd takes the freshest). "
+        "`balanced`: the freshest turn, then the freshest of each score in turn, the scarcest score first, so a "
+        "rare score fills up to its share of the step at once. `freshest`: the freshest serve.learn_batch, and "
+        "with reward one ready turn that scored otherwise joins a batch whose scores all agree. Default "
+        "`balanced`: the person thanks few sessions and every turn of a thanked attempt scores alike, so under "
+        "`freshest` those turns trained one a step and went stale waiting (measured: 36 of 70 thanked turns in "
+        "a 30-minute `lego bench use`).",
+    )
     learn_baseline: Literal["batch", "running", "none"] = Field(
         "batch",
         description="What each turn's score is centred on before it is its advantage (the scalar part of "

@@ -27,11 +27,18 @@ would not be what it claims:
   holds nothing directive (:func:`lego.learn.judge.hindsight_hint`).
 
 Turns are taken oldest first, so a backlog drains in the order it was served.
+
+**Which ready turns make a step** (``serve.learn_pick``): ``freshest`` takes the freshest
+``serve.learn_batch``; ``balanced`` (:func:`balanced_batch`, the default) spreads the step over the scores
+the ready turns hold, the scarcest score first. A person thanks few sessions, and every turn of the
+attempt they thanked scores alike, so the rare scores come in clumps; taken one a step they went stale
+before they trained (measured: 36 of 70 thanked turns in a 30-minute `lego bench use`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +46,7 @@ from lego.learn.judge import hindsight_hint
 from lego.learn.signals import NextState, session_signals
 from lego.learn.store import TurnStore
 
-__all__ = ["LearnableTurn", "Picked", "pick_turns"]
+__all__ = ["LearnableTurn", "Picked", "balanced_batch", "pick_turns"]
 
 
 @dataclass(frozen=True)
@@ -147,3 +154,27 @@ def pick_turns(
             )
         )
     return out
+
+
+def balanced_batch(fresh: Sequence[LearnableTurn], size: int) -> list[LearnableTurn]:
+    """``size`` turns of ``fresh`` (freshest first) spread over its scores: the freshest unpicked turn of
+    each score in turn, the score with the fewest ready turns first, so a scarce score fills up to its
+    share of the batch at once. ``fresh[0]`` is always in it: the fidelity gate measures the turns the
+    served weights sampled, and the freshest holds them when any does. One score: ``fresh[:size]``."""
+    if len(fresh) <= size:
+        return list(fresh)
+    groups: dict[float, list[LearnableTurn]] = {}
+    for t in fresh:
+        groups.setdefault(t.score, []).append(t)
+    queues = [groups[s] for s in sorted(groups, key=lambda s: (len(groups[s]), s))]
+    batch: list[LearnableTurn] = []
+    for depth in range(len(fresh)):
+        for queue in queues:
+            if depth < len(queue) and len(batch) < size:
+                batch.append(queue[depth])
+        if len(batch) == size:
+            break
+    if not any(t is fresh[0] for t in batch):  # more scores than slots: the freshest takes the last one's place
+        batch[-1] = fresh[0]
+    place = {id(t): i for i, t in enumerate(fresh)}
+    return sorted(batch, key=lambda t: place[id(t)])

@@ -167,6 +167,7 @@ def test_judged_turns_train_a_step_the_engine_serves_it_and_a_resume_or_rollback
 @pytest.mark.parametrize("setup", ["opd", "both"], indirect=True)
 def test_hindsight_distillation_scores_the_recorded_tokens_under_the_hinted_context(setup: Any) -> None:
     cfg, scripted, make, _ = setup
+    cfg.serve.learn_pick = "freshest"  # the two corrected turns, not the thanked one a balanced `both` step takes
     with serving(make) as (server, learner, control, opened):
         client = openai.OpenAI(base_url=f"{server.model_url}/v1", api_key=opened.key, max_retries=0)
         scripted.push("Use < in the loop.<|im_end|>", "Use <= then.<|im_end|>", "Right, >= then.<|im_end|>")
@@ -262,6 +263,29 @@ def test_a_batch_whose_scores_all_agree_is_no_step_and_waits_for_a_turn_that_sco
         trained = {turn for (_, turn), (_, why) in server.store.learned().items() if why == "trained"}
         assert 2 in trained and len(trained) == 2
         assert line["learner/advantage_mean"] == 0.0 and line["actor/grad_norm"] > 0.0
+
+
+def test_a_thanked_attempt_trains_in_one_step_before_its_turns_go_stale(setup: Any) -> None:
+    """Thanked turns are scarce and come in a clump (every turn of the attempt the person thanked). Taking
+    the freshest turns plus one that scored otherwise trained one of them a step; the rest went stale
+    (measured: 36 of 70 in a 30-minute `lego bench use`). The step now spreads over the scores."""
+    cfg, scripted, make, _ = setup
+    cfg.serve.learn_batch, cfg.serve.learn_max_staleness = 4, 0  # a turn is stale once any step trained
+    with serving(make) as (server, learner, control, opened):
+        scripted.push(*(f"Reply {n}.<|im_end|>" for n in range(6)))
+        for n in range(6):
+            ask(server, opened.key, f"ask {n}")
+        for n, score in enumerate((-1, -1, -1, -1, +1, +1)):
+            control.feedback(opened.row.id, score, turn=n)
+        assert control.end_session(opened.row.id)
+        line = learner.step()
+        assert line is not None and line["step"] == 1 and line["learner/turns"] == 4
+        marks = server.store.learned()
+        trained = {turn for (_, turn), (_, why) in marks.items() if why == "trained"}
+        assert {4, 5} <= trained and len(trained) == 4  # both thanked turns, two of the four pushed down
+        assert line["learner/advantage_mean"] == 0.0 and line["actor/grad_norm"] > 0.0
+        assert learner.step() is None  # what is left was sampled before step 1: stale at staleness 0
+        assert sorted(why for why in (m[1] for m in server.store.learned().values())) == ["stale"] * 2 + ["trained"] * 4
 
 
 def test_a_failing_pass_stops_the_learner_with_its_reason_and_serving_goes_on(setup: Any) -> None:

@@ -167,12 +167,15 @@ def test_the_running_baseline_lives_in_the_checkpoint_a_restart_resumes_it_and_r
     server.store.close()
 
 
-@pytest.mark.parametrize("rig", [("serve.learn_baseline=running", "serve.learn_baseline_rate=1.0")], indirect=True)
+FRESHEST_RUNNING = ("serve.learn_baseline=running", "serve.learn_baseline_rate=1.0", "serve.learn_pick=freshest")
+
+
+@pytest.mark.parametrize("rig", [FRESHEST_RUNNING], indirect=True)
 def test_a_running_baseline_takes_a_turn_that_gives_the_batch_a_signal_and_starts_only_with_a_step(rig: Rig) -> None:
     """Agreeing scores with no past carry nothing (centred on their own mean): no step, and the average
-    does not start. A turn that scored otherwise joins the batch in the least fresh one's place; later,
-    scores that all equal the average carry nothing either, and an older turn that differs joins.
-    (Rate 1: the average is the last step's mean, so a person's +-1 can equal it.)"""
+    does not start. Under ``serve.learn_pick=freshest`` a turn that scored otherwise joins the batch in the
+    least fresh one's place; later, scores that all equal the average carry nothing either, and an older
+    turn that differs joins. (Rate 1: the average is the last step's mean, so a person's +-1 can equal it.)"""
     server, learner = rig.make()
     learner.resume()
     server.start()
