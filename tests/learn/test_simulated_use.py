@@ -365,6 +365,19 @@ def test_bench_use_runs_its_phases_on_a_scripted_policy_and_reports_what_the_lea
     assert (out / "use.png").is_file() and report["heldout_checks"] == []
 
 
+def test_the_use_plot_shows_the_person_s_thanks_per_quarter(tmp_path: Path) -> None:
+    """Panel (c) of use.png: a balanced step's mean score is what its pick made it (0 when it holds as many
+    thanked turns as re-queried ones), so the panel shows what the person saw instead: the green share."""
+    from lego.conductor.bench.learn_plot import green_shares, plot_learn
+
+    quarters = [{"quarter": 1, "sessions": 70, "green": 9}, {"quarter": 2, "sessions": 0, "green": 0}]
+    assert green_shares({"session_quarters": quarters}) == [(1, 9 / 70, "9/70"), (2, 0.0, "0/0")]
+    assert green_shares({"per_step": [{"step": 1, "reward": 0.5, "pearson": 1.0}]}) == []
+    steps = [{"step": 1, "reward": 0.0, "pearson": 0.99999}]
+    plot_learn({"tasks": 30, "samples": 2, "per_step": steps, "session_quarters": quarters}, tmp_path / "use.png")
+    assert (tmp_path / "use.png").stat().st_size > 10_000
+
+
 def test_the_plot_shows_a_judge_s_negative_scores() -> None:
     """Panel (c) of use.png: a step whose turns were mostly re-queried (mean score -0.5) is inside the range."""
     from lego.conductor.bench.learn_plot import reward_limits

@@ -3,7 +3,8 @@
 Top row: (a) held-out pass@1 against the sampling temperature, start and trained policy, 95% CIs,
 each policy's chosen temperature ringed and, with a confirm stage, its fresh samples there as a star;
 (b) unbiased pass@k against k, each policy at its chosen temperature, 95% CIs. Bottom row: the
-training run (mean reward and the rollout-train Pearson per step). The title carries the best-vs-best
+training run (mean reward per step -- for `lego bench use`, the share of sessions the person thanked
+per quarter of the budget -- and the rollout-train Pearson per step). The title carries the best-vs-best
 difference (on the fresh samples when there are any) with its CI and p-value.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_learn", "reward_limits"]
+__all__ = ["green_shares", "plot_learn", "reward_limits"]
 
 
 def _errorbar(ax: Any, xs: list[float], ys: list[float], cis: list[tuple[float, float]], **kw: Any) -> None:
@@ -25,6 +26,16 @@ def reward_limits(rewards: list[float]) -> tuple[float, float]:
     """Panel (c)'s y range: [0, 1] for a grader's pass rate, [-1, 1] once a score is negative (a judge's
     verdicts in `lego bench use`: a range cut at 0 would hide every step that was mostly re-queried)."""
     return (-1.02 if any(r < 0 for r in rewards) else -0.02, 1.02)
+
+
+def green_shares(report: dict[str, Any]) -> list[tuple[int, float, str]]:
+    """Panel (c) of `lego bench use`: each quarter of the budget, the share of its sessions the person
+    thanked and ``green/sessions`` (none for `lego bench learn`, whose report has no sessions)."""
+    rows = report.get("session_quarters") or []
+    return [
+        (int(r["quarter"]), r["green"] / r["sessions"] if r["sessions"] else 0.0, f"{r['green']}/{r['sessions']}")
+        for r in rows
+    ]
 
 
 def plot_learn(report: dict[str, Any], path: Path) -> None:
@@ -99,14 +110,27 @@ def plot_learn(report: dict[str, Any], path: Path) -> None:
         ax.legend(fontsize=8)
     ax.set(title="(b) held-out pass@k, each policy at its best temperature", xlabel="k", ylim=(-0.02, 1.02))
     steps = report.get("per_step") or []
-    xs = [s["step"] for s in steps]
-    rewards = [s["reward"] if s["reward"] is not None else float("nan") for s in steps]
-    axes[1][0].plot(xs, rewards, marker="o")
-    axes[1][0].set(
-        title=f"(c) train reward (mean per step, T = {report.get('train_temperature', '?')})",
-        xlabel="step",
-        ylim=reward_limits(rewards),
-    )
+    quarters = green_shares(report)
+    if quarters:  # `lego bench use`: a step's mean score is what its pick made it; the person's thanks are not
+        ax = axes[1][0]
+        ax.bar([q for q, _, _ in quarters], [share for _, share, _ in quarters], color="tab:green")
+        for q, share, label in quarters:
+            ax.annotate(label, (q, share), ha="center", va="bottom", fontsize=8)
+        ax.set(
+            title="(c) sessions the person thanked, per quarter of the budget (by start)",
+            xlabel="quarter",
+            xticks=[q for q, _, _ in quarters],
+            ylim=(0, max(0.5, 1.15 * max(share for _, share, _ in quarters))),
+        )
+    else:
+        xs = [s["step"] for s in steps]
+        rewards = [s["reward"] if s["reward"] is not None else float("nan") for s in steps]
+        axes[1][0].plot(xs, rewards, marker="o")
+        axes[1][0].set(
+            title=f"(c) train reward (mean per step, T = {report.get('train_temperature', '?')})",
+            xlabel="step",
+            ylim=reward_limits(rewards),
+        )
     pear = [(s["step"], s["pearson"]) for s in steps if s["pearson"] is not None]
     ax = axes[1][1]
     if pear:
