@@ -19,11 +19,14 @@ is all policy), its advantage the judge's score minus the baseline (``serve.lear
 ``batch``, scores that all agree), the learner does not step: AdamW would still move every weight
 by its momentum, and measured so (a 30-minute `lego bench use`, 51 of 64 steps flat) those steps
 moved the weights as far as the ones with a gradient and held-out pass@1 fell from 17.5% to 5% of
-the sweep. Before that, with ``reward``, the freshest ready turn whose score would give the batch a
-signal (one that differs from the others under ``batch`` or from the running average) takes the least
-fresh one's place; failing that the turns wait (``learner/flat_passes`` counts such passes). A running
-baseline starts with the first step that has a signal, so a first batch whose scores all agree does
-not start it.
+the sweep. Before that, the batch is composed (``serve.learn_pick``): ``balanced`` (default, with a
+scalar part) takes the freshest ready turn, then the freshest of each score in turn, the scarcest score
+first (:func:`lego.learn.batches.balanced_batch`), so the turns of a thanked attempt train in one step
+instead of one a step while the rest go stale; ``freshest`` takes the freshest, and with ``reward`` the
+freshest ready turn whose score would give the batch a signal (one that differs from the others under
+``batch`` or from the running average) takes the least fresh one's place. Failing a signal the turns
+wait (``learner/flat_passes`` counts such passes). A running baseline starts with the first step that
+has a signal, so a first batch whose scores all agree does not start it.
 
 **The baseline** (``serve.learn_baseline``, :class:`lego.learn.baseline.Baseline`): ``batch`` centres
 each step's scores on their mean, ``running`` subtracts a moving average of past steps' mean scores
