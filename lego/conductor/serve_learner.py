@@ -408,8 +408,12 @@ class ServeLearner:
             return None
         batch = fresh[:size]
 
+        def centred(turns: list[LearnableTurn]) -> tuple[list[float], float]:
+            scores = [t.score for t in turns]
+            return self.baseline.advantages(scores, [t.situation for t in turns], picked.recent)
+
         def carries(turns: list[LearnableTurn]) -> bool:
-            return any(self.baseline.advantages([t.score for t in turns])[0])
+            return any(centred(turns)[0])
 
         if signal != "opd" and self.cfg.serve.learn_pick == "balanced":
             # The scarce scores first, up to their share of the step (batches.py: thanked turns come in clumps).
@@ -423,7 +427,7 @@ class ServeLearner:
         t0 = time.monotonic()
         scores = [t.score for t in batch]
         # Distillation alone has no scalar part to centre: its per-token advantages are the teacher's gap.
-        advantages, baseline = self.baseline.advantages(scores) if signal != "opd" else (scores, 0.0)
+        advantages, baseline = centred(batch) if signal != "opd" else (scores, 0.0)
         items = [turn_item(t, a) for t, a in zip(batch, advantages, strict=True)]
         distilled: dict[str, float] = {}
         if signal != "reward":

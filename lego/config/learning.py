@@ -85,7 +85,7 @@ class ServeConfig(Section):
         "`freshest` those turns trained one a step and went stale waiting (measured: 36 of 70 thanked turns in "
         "a 30-minute `lego bench use`).",
     )
-    learn_baseline: Literal["batch", "running", "none"] = Field(
+    learn_baseline: Literal["batch", "running", "situation", "none"] = Field(
         "batch",
         description="What each turn's score is centred on before it is its advantage (the scalar part of "
         "serve.learn_signal=reward|both; opd's per-token advantages are untouched). `batch`: the mean score of "
@@ -95,7 +95,10 @@ class ServeConfig(Section):
         "weights on a step without a gradient: with serve.learn_signal=reward a ready turn that scored "
         "otherwise joins one whose scores all agree, or its turns wait. `running`: an exponential moving average of "
         "past steps' mean scores (serve.learn_baseline_rate; the first step uses its own mean), kept in the "
-        "learner checkpoint; it lags, so after a sudden drop in scores a step can still be all negative. `none`: "
+        "learner checkpoint; it lags, so after a sudden drop in scores a step can still be all negative. "
+        "`situation`: per turn, the mean score of the recent turns (within serve.learn_max_staleness steps) served "
+        "with as many user messages in the request -- after as many re-queries -- so a situation where every "
+        "recent turn failed pushes nothing down (lego.learn.baseline). `none`: "
         "the raw score (no baseline). Default `batch`: it cannot repeat the measured collapse, needs no state, "
         "and has no lag.",
     )

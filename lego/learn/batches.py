@@ -46,7 +46,7 @@ from lego.learn.judge import hindsight_hint
 from lego.learn.signals import NextState, session_signals
 from lego.learn.store import TurnStore
 
-__all__ = ["LearnableTurn", "Picked", "balanced_batch", "pick_turns"]
+__all__ = ["LearnableTurn", "Picked", "balanced_batch", "pick_turns", "situation"]
 
 
 @dataclass(frozen=True)
@@ -68,12 +68,24 @@ class LearnableTurn:
     tools: list[dict[str, Any]] = field(default_factory=list)
     hint: str | None = None
     """What the next state says should have differed (:func:`lego.learn.judge.hindsight_hint`), with ``hints``."""
+    situation: int = 1
+    """How many user messages the turn's request held (the person's ask, then each re-query or nudge):
+    ``serve.learn_baseline=situation`` compares a turn only with turns served in the same situation."""
 
 
 @dataclass
 class Picked:
     ready: list[LearnableTurn] = field(default_factory=list)
     skipped: list[tuple[str, int, str]] = field(default_factory=list)
+    recent: dict[int, tuple[float, int]] = field(default_factory=dict)
+    """Per situation (:attr:`LearnableTurn.situation`), the sum and count of the scores of every trainable
+    turn the recent weights served (within ``max_staleness`` steps), trained already or not -- every
+    ready turn among them: what the policy now scores there."""
+
+
+def situation(messages: list[dict[str, Any]]) -> int:
+    """The number of user messages of a request (:attr:`LearnableTurn.situation`)."""
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "user")
 
 
 def pick_turns(
@@ -105,10 +117,17 @@ def pick_turns(
     for v in store.verdicts(judge=judge):
         newest[(v.session_id, v.turn)] = v.score  # written oldest first: the last one wins
     out = Picked()
+    sums: dict[int, list[float]] = {}
     for t in turns:
         assert t.index is not None
         key = (t.session_id, t.index)
-        if key in done or newest.get(key) is None:
+        if newest.get(key) is None:
+            continue
+        if t.tokens is not None and t.tokens.output_ids and _comparable(t, temperature):
+            versions = list(t.tokens.versions) or [t.policy_version] * len(t.tokens.output_ids)
+            if max(versions) <= version and version - min(versions) <= max_staleness:
+                sums.setdefault(situation(t.messages), []).append(float(newest[key] or 0.0))
+        if key in done:
             continue
         tokens = t.tokens
         if tokens is None or not tokens.output_ids:
@@ -151,9 +170,24 @@ def pick_turns(
                 messages=t.messages if hints else [],
                 tools=t.tools if hints else [],
                 hint=hint,
+                situation=situation(t.messages),
             )
         )
+    out.recent = {k: (math.fsum(v), len(v)) for k, v in sums.items()}
     return out
+
+
+def _comparable(t: Any, temperature: float) -> bool:
+    """Drawn from the policy at the trainer's temperature, untruncated (what a learner may train)."""
+    return (
+        not t.constrained
+        and t.temperature is not None
+        and math.isclose(t.temperature, temperature, rel_tol=0, abs_tol=1e-6)
+        and t.top_p is not None
+        and t.top_p >= 1.0
+        and t.top_k is not None
+        and t.top_k <= 0
+    )
 
 
 def balanced_batch(fresh: Sequence[LearnableTurn], size: int) -> list[LearnableTurn]:

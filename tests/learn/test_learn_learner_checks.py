@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from lego.conductor.serve_heldout import HeldoutCheck, HeldoutDrop
@@ -165,6 +166,42 @@ def test_the_running_baseline_lives_in_the_checkpoint_a_restart_resumes_it_and_r
     server, learner = rig.make()
     assert learner.resume(rollback=0) == 0 and (learner.baseline.value, learner.baseline.steps) == (None, 0)
     server.store.close()
+
+
+@pytest.mark.parametrize("rig", [("serve.learn_baseline=situation", "serve.learn_batch=4")], indirect=True)
+def test_the_situation_baseline_pushes_nothing_down_where_every_recent_turn_failed(rig: Rig) -> None:
+    """Through the real server: first asks (one user message) scored +1, -1, -1 and turns after a re-query
+    (two user messages) scored -1, -1. The thanked first ask is centred on the other first asks, and the
+    re-queried turns, where nothing recent succeeded, carry no advantage."""
+    server, learner = rig.make()
+    learner.resume()
+    server.start()
+    control = ControlClient.connect(server.dir)
+    try:
+        first = rig.scored_session(server, [1, -1, -1])
+        opened = control.new_session(private=False)
+        client = openai.OpenAI(base_url=f"{server.model_url}/v1", api_key=opened.key, max_retries=0)
+        rig.scripted.push("Done.<|im_end|>", "Done again.<|im_end|>")
+        talk = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "Done."},
+                {"role": "user", "content": "It still fails."}]  # fmt: skip
+        client.chat.completions.create(model="m", messages=talk)  # type: ignore[arg-type]
+        again = [{"role": "user", "content": "fix that"}, {"role": "assistant", "content": "Done."},
+                 {"role": "user", "content": "Still failing."}]  # fmt: skip
+        client.chat.completions.create(model="m", messages=again)  # type: ignore[arg-type]
+        for turn in (0, 1):
+            control.feedback(opened.row.id, -1, turn=turn)
+        assert control.end_session(opened.row.id)
+        line = learner.step()
+    finally:
+        control.close()
+        server.stop()
+    assert line is not None and line["learner/turns"] == 4
+    adv = _advantages(server)
+    # The balanced pick: the thanked turn, then the failed ones oldest first (one version: store order).
+    assert set(adv) == {(first, 0), (first, 1), (first, 2), (opened.row.id, 0)}
+    assert adv[(first, 0)] == pytest.approx(2.0)  # +1 against the other first asks' -1, -1
+    assert adv[(first, 1)] == pytest.approx(-1.0) and adv[(first, 2)] == pytest.approx(-1.0)  # vs +1, -1
+    assert adv[(opened.row.id, 0)] == 0.0  # after a re-query every recent turn failed: nothing pushed down
 
 
 FRESHEST_RUNNING = ("serve.learn_baseline=running", "serve.learn_baseline_rate=1.0", "serve.learn_pick=freshest")

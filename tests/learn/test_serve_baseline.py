@@ -101,7 +101,7 @@ def test_the_running_state_round_trips_and_another_mode_starts_afresh() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"mode": "mean"}, "one of batch, running, none"), ({"mode": "running", "rate": 0.0}, "rate 0.0"),
+    [({"mode": "mean"}, "one of batch, running, situation, none"), ({"mode": "running", "rate": 0.0}, "rate 0.0"),
      ({"mode": "running", "scale_std": True}, "not 'running'")],
 )  # fmt: skip
 def test_a_baseline_that_cannot_be_is_refused(kwargs: dict[str, object], message: str) -> None:
@@ -134,3 +134,20 @@ def test_the_config_defaults_to_the_batch_baseline_and_refuses_what_would_not_tr
     assert load_config(None, ["serve.learn_batch=1", "serve.learn_signal=opd"]).serve.learn_batch == 1
     with pytest.raises(ConfigError, match=r"serve\.learn_baseline_std=true divides by the batch.s spread"):
         load_config(None, ["serve.learn_baseline=running", "serve.learn_baseline_std=true"])
+
+
+def test_situation_centres_each_turn_on_the_other_recent_turns_of_its_situation() -> None:
+    """A thanked first ask against the other first asks; after a re-query, where every recent turn failed,
+    a failing turn carries nothing (the measured collapse: those turns were pushed down with nothing to
+    push up beside them); a turn alone in its situation carries nothing either."""
+    baseline = Baseline("situation")
+    recent = {1: (0.5 - 0.5 * 3, 4), 2: (-0.5 * 6, 6), 3: (-0.5, 1)}  # 1 thanked + 3 failed; 6 failed; 1
+    adv, mean = baseline.advantages([0.5, -0.5, -0.5, -0.5], [1, 1, 2, 3], recent)
+    assert adv == pytest.approx([1.0, -1 / 3, 0.0, 0.0])  # +0.5 - (-0.5); -0.5 - (0.5 - 1.0) / 3
+    assert mean == pytest.approx((-0.5 + -1 / 6 - 0.5 - 0.5) / 4)
+    assert baseline.advantages([0.5], [4], recent) == ([0.0], 0.5)  # no recent turn of situation 4
+    with pytest.raises(ValueError, match="situation"):
+        baseline.advantages([0.5, -0.5])
+    assert (
+        load_config(None, ["serve.learn_baseline=situation", "serve.learn_batch=1"]).serve.learn_baseline == "situation"
+    )
