@@ -51,6 +51,7 @@ def served(tiny_model_dir: Path, chat_format: Any, tmp_path: Path, monkeypatch: 
             f"engine.model={tiny_model_dir}",
             "engine.device=cpu",
             f"serve.dir={tmp_path / 'serve'}",
+            "serve.port=0",  # a free port: not serve.port's default, which a running `lego serve` holds
             "serve.learn=true",
             "serve.learn_batch=4",
             "training.lr=1e-3",
