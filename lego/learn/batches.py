@@ -121,36 +121,19 @@ def pick_turns(
     for t in turns:
         assert t.index is not None
         key = (t.session_id, t.index)
-        if newest.get(key) is None:
+        score = newest.get(key)
+        if score is None:
             continue
-        if t.tokens is not None and t.tokens.output_ids and _comparable(t, temperature):
-            versions = list(t.tokens.versions) or [t.policy_version] * len(t.tokens.output_ids)
-            if max(versions) <= version and version - min(versions) <= max_staleness:
-                sums.setdefault(situation(t.messages), []).append(float(newest[key] or 0.0))
+        why, versions = _unfit(t, temperature, version, max_staleness)
+        if why is None:  # what the recent weights scored in its situation, trained already or not
+            sums.setdefault(situation(t.messages), []).append(float(score))
         if key in done:
             continue
+        if why is not None:
+            out.skipped.append((*key, why))
+            continue
         tokens = t.tokens
-        if tokens is None or not tokens.output_ids:
-            out.skipped.append((*key, "no_tokens"))
-            continue
-        if t.constrained:
-            out.skipped.append((*key, "constrained"))
-            continue
-        if t.temperature is None or not math.isclose(t.temperature, temperature, rel_tol=0, abs_tol=1e-6):
-            out.skipped.append((*key, "temperature"))
-            continue
-        if t.top_p is None or t.top_p < 1.0 or t.top_k is None or t.top_k > 0:
-            out.skipped.append((*key, "truncated"))
-            continue
-        versions = list(tokens.versions) or [t.policy_version] * len(tokens.output_ids)
-        if max(versions) > version:
-            out.skipped.append((*key, "rolled_back"))
-            continue
-        if version - min(versions) > max_staleness:
-            out.skipped.append((*key, "stale"))
-            continue
-        score = newest[key]
-        assert score is not None
+        assert tokens is not None
         hint = hindsight_hint(states[key]) if key in states else None
         if need_hint and hint is None:
             out.skipped.append((*key, "no_hint"))
@@ -177,17 +160,24 @@ def pick_turns(
     return out
 
 
-def _comparable(t: Any, temperature: float) -> bool:
-    """Drawn from the policy at the trainer's temperature, untruncated (what a learner may train)."""
-    return (
-        not t.constrained
-        and t.temperature is not None
-        and math.isclose(t.temperature, temperature, rel_tol=0, abs_tol=1e-6)
-        and t.top_p is not None
-        and t.top_p >= 1.0
-        and t.top_k is not None
-        and t.top_k <= 0
-    )
+def _unfit(t: Any, temperature: float, version: int, max_staleness: int) -> tuple[str | None, list[int]]:
+    """Why turn ``t`` can never train (the module docstring's reasons, ``no_hint`` aside), or None; and
+    the policy version of each of its sampled tokens."""
+    tokens = t.tokens
+    if tokens is None or not tokens.output_ids:
+        return "no_tokens", []
+    versions = list(tokens.versions) or [t.policy_version] * len(tokens.output_ids)
+    if t.constrained:
+        return "constrained", versions
+    if t.temperature is None or not math.isclose(t.temperature, temperature, rel_tol=0, abs_tol=1e-6):
+        return "temperature", versions
+    if t.top_p is None or t.top_p < 1.0 or t.top_k is None or t.top_k > 0:
+        return "truncated", versions
+    if max(versions) > version:
+        return "rolled_back", versions
+    if version - min(versions) > max_staleness:
+        return "stale", versions
+    return None, versions
 
 
 def balanced_batch(fresh: Sequence[LearnableTurn], size: int) -> list[LearnableTurn]:
