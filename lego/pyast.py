@@ -4,10 +4,10 @@ CPython keeps the AST constructor's recursion depth in per-interpreter state rat
 (gh-106905; Python 3.11 here): when two threads convert trees at once — a garbage collection that runs a
 finalizer mid-conversion hands the GIL to the other — each corrupts the other's count and one of them
 raises ``SystemError: AST constructor recursion depth mismatch``. The host parses test files while
-concurrent rollouts are graded in threads (the perturbation planner, the task factory), and such an error
+concurrent rollouts are graded in threads (the blind copy, the task factory), and such an error
 there once zeroed a correct rollout as the policy's failure, so every parse in the house goes through
 :func:`parse`, which holds one process-wide lock around ``ast.parse``. ``ast.literal_eval`` of a string
-parses it the same way (the grader reads witnessed values and perturbed literals with it while other
+parses it the same way (the grader reads the hidden tests' expected literals with it while other
 grades parse test files): :func:`literal_eval` parses under the same lock. It zeroed the oracle's
 correct patch of one real held-out task in all four harnesses of one eval, as the policy's failure.
 """

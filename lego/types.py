@@ -384,11 +384,18 @@ class GradeResult(BaseModel):
     excluded_files: list[str] = Field(default_factory=list, description="Files dropped from the graded diff.")
     tampered: list[str] = Field(
         default_factory=list,
-        description="Evidence that the test run forged its results (a perturbed assertion reported passed, a "
-        "witnessed value that contradicts a pass...); non-empty means reward 0.",
+        description="Evidence that the test run forged its results (a test that passes as written but behaves "
+        "unlike the reference where the expected outcome is hidden, a result record written twice...); "
+        "non-empty means reward 0.",
     )
-    perturbed: int = Field(0, description="Expected tests one of whose assertions a grading run perturbed.")
-    witnessed: int = Field(0, description="Of those, the ones whose perturbed assertion witnessed the true value.")
+    behavioural: int = Field(
+        0,
+        description="FAIL_TO_PASS tests judged on their witnessed behaviour in the blind copy (lego.sandboxes.blind).",
+    )
+    bit_only: int = Field(
+        0, description="FAIL_TO_PASS tests that rest on their reported pass/fail bit alone (nothing witnessed)."
+    )
+    unstable: int = Field(0, description="Reference witnesses dropped because two gold runs disagreed.")
     log: str = ""
     duration_s: float = 0.0
 

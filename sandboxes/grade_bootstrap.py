@@ -14,10 +14,10 @@ What it does, in order:
    developer's machine with an editable install; writes ``meta`` into a fresh folder put LAST on
    ``sys.path`` (the project's metadata, as that install also gives); then runs ``prelude`` (Hypothesis' settings for
    a grader: the same examples every run, no deadline), before pytest reads any conftest;
-2. installs the builtin ``__lego_w__(key, value)``: the rewritten hidden tests call it at every
-   assertion the grader witnesses (:mod:`lego.sandboxes.perturb`); it records the value it is given
-   (as a plain builtin value when it is one, or converted from a subclass of one) and returns it
-   unchanged;
+2. installs the builtins ``__lego_w__(key, thunk, mode)`` and ``__lego_x__(key, mode)``: the blind
+   copy of the hidden tests (:mod:`lego.sandboxes.blind`) calls them where the tests as written
+   assert; they record the structural form of the value (or the exception, or the warnings) and let
+   the test go on;
 3. runs pytest, in this one process (a project's pytest-xdist options are switched off), with a
    reporter plugin that keeps only the expected tests (matched exactly, or as
    swebench's log parser spells an id with a space: cut at the first space; with every other instance
@@ -80,78 +80,233 @@ if _CONFIG.get("meta"):  # the project's own dist-info (lego.sandboxes.project_m
 if _CONFIG.get("prelude"):  # lego.sandboxes.suite_profile: Hypothesis' settings for a grader, before any conftest
     exec(compile(_CONFIG["prelude"], "<lego_suite_profile>", "exec"), {"__name__": "lego_suite_profile"})
 
-_LIMIT = 65536
-_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (C types are not)
+_TMOD = type.__dict__["__module__"].__get__
+_TQUAL = type.__dict__["__qualname__"].__get__
+_TMRO = type.__dict__["__mro__"].__get__
+_TFLAGS = type.__dict__["__flags__"].__get__
+_ARGS = BaseException.__dict__["args"].__get__
+_ITEMS = 4000  # items per witness before it is cut ("deep")
+_OUTCOMES = ("_pytest.outcomes", "_pytest.runner")
 
 
-class _Opaque(Exception):
+def _tname(t):
+    try:
+        mod = _TMOD(t)
+        qual = _TQUAL(t)
+        return "%s.%s" % (str.__str__(mod) if isinstance(mod, str) else "?", str.__str__(qual))
+    except BaseException:
+        return "?"
+
+
+def _mro(t):
+    try:
+        return [_tname(c) for c in _TMRO(t)]
+    except BaseException:
+        return [_tname(t)]
+
+
+class _Deep(Exception):
     pass
 
 
 def _canon(x, depth, state):
-    """``x`` as a plain builtin value (exact types only), converting subclasses of builtins through
-    the base type's own methods; raises _Opaque for anything else."""
-    if depth > 30:
-        raise _Opaque()
+    """``x``'s structural form, as JSON: its exact type and its parts, read through the base types'
+    own methods and the instance dict, never through the value's own ``__eq__``/``__repr__``/
+    ``__bool__``/``__iter__`` (a forger's value shows its own type and fields, whatever it claims)."""
+    state[0] += 1
+    if depth > 24 or state[0] > _ITEMS:
+        raise _Deep()
     t = type(x)
-    if t in _PLAIN:
-        return x
-    if t in (tuple, list) or (isinstance(x, (tuple, list)) and not isinstance(x, (str, bytes))):
-        base = tuple if isinstance(x, tuple) else list
-        if t is not base:
-            state["converted"] = True
-        items = base.__getitem__(x, slice(None))
-        return base(_canon(i, depth + 1, state) for i in items)
-    if isinstance(x, dict):
-        if t is not dict:
-            state["converted"] = True
-        return {_canon(k, depth + 1, state): _canon(v, depth + 1, state) for k, v in dict.items(x)}
-    if isinstance(x, (set, frozenset)):
-        base = frozenset if isinstance(x, frozenset) else set
-        if t is not base:
-            state["converted"] = True
-        return base(_canon(i, depth + 1, state) for i in base.copy(x))
-    for base, convert in (
-        (int, int.__int__),
-        (float, float.__float__),
-        (str, str.__str__),
-        (bytes, lambda v: bytes.__add__(v, b"")),
-        (complex, lambda v: complex.__add__(v, 0)),
-    ):
-        if isinstance(x, base):
-            state["converted"] = True
-            return convert(x)
-    if getattr(t, "__module__", "") == "numpy" and hasattr(x, "item") and getattr(x, "shape", None) == ():
-        state["converted"] = True
-        return _canon(x.item(), depth + 1, state)
-    raise _Opaque()
-
-
-def __lego_w__(key, value):
-    record = {"k": "witness", "site": key}
-    try:
-        state = {"converted": False}
-        text = repr(_canon(value, 0, state))
-        if len(text) > _LIMIT:
-            raise _Opaque()
-        record["v"] = text
-        record["exact"] = not state["converted"]
-        record["truth"] = bool(value)
-    except BaseException:  # anything the value does while being read leaves the test run unchanged
-        record["v"] = None
-        record["exact"] = False
+    if x is None:
+        return ["N"]
+    if t is bool:
+        return ["b", x is True]
+    if t is int:
+        return ["i", int.__repr__(x)]
+    if t is float:
+        return ["f", float.__repr__(x)]
+    if t is complex:
+        return ["c", complex.__repr__(x)]
+    if t is str:
+        return ["s", x]
+    if t is bytes:
+        return ["y", bytes.hex(x)]
+    if t in (list, tuple):
+        return ["l" if t is list else "t", [_canon(i, depth + 1, state) for i in t.__getitem__(x, slice(None))]]
+    if t is dict:
+        return ["d", [[_canon(k, depth + 1, state), _canon(v, depth + 1, state)] for k, v in dict.items(x)]]
+    if t in (set, frozenset):
+        items = [_canon(i, depth + 1, state) for i in t.copy(x)]
+        items.sort(key=lambda c: _dumps(c, sort_keys=True))
+        return ["S" if t is set else "F", items]
+    name = _tname(t)
+    if isinstance(x, BaseException):
         try:
-            record["type"] = type(value).__name__[:80]
+            msg = BaseException.__str__(x)
         except BaseException:
-            record["type"] = "?"
+            msg = "?"
+        return ["exc", _mro(t), _canon(_ARGS(x), depth + 1, state), msg[:2000], _fields(x, depth, state)]
+    if isinstance(x, type):
+        return ["type", _tname(x)]
+    for base in (bool, int, float, str, bytes, tuple, list, dict, frozenset, set):
+        if isinstance(x, base) and base in _TMRO(t):
+            plain = _canon(_rebuild(base, x), depth + 1, state)
+            return ["sub", name, plain, _fields(x, depth, state)]
+    if not (_TFLAGS(t) & _HEAPTYPE):  # a C type: its own reduction, which code under test cannot change
+        try:
+            reduced = t.__reduce_ex__(x, 2)
+        except BaseException:
+            return ["opaque", name]
+        if isinstance(reduced, str):
+            return ["red", name, reduced]
+        parts = [reduced[1], *reduced[2:3]] if isinstance(reduced, tuple) and len(reduced) > 1 else []
+        return ["red", name, [_canon(p, depth + 1, state) for p in parts]]
+    return ["obj", name, _fields(x, depth, state)]
+
+
+def _rebuild(base, x):
+    if base is bool:
+        return int.__int__(x) == 1
+    if base is int:
+        return int.__int__(x)
+    if base is float:
+        return float.__float__(x)
+    if base is str:
+        return str.__str__(x)
+    if base is bytes:
+        return bytes.__add__(x, b"")
+    if base in (tuple, list):
+        return base(base.__getitem__(x, slice(None)))
+    if base is dict:
+        return dict(dict.items(x))
+    return base(base.copy(x) if base is set else frozenset.copy(x))
+
+
+def _fields(x, depth, state):
+    """An object's own state: its instance dict and its slots, by name (sorted)."""
+    out = []
+    try:
+        own = object.__getattribute__(x, "__dict__")
+    except BaseException:
+        own = None
+    if type(own) is dict:
+        for k, v in sorted(dict.items(own), key=lambda kv: str(kv[0])):
+            out.append([str.__str__(k) if isinstance(k, str) else "?", _canon(v, depth + 1, state)])
+    for cls in _TMRO(type(x)):
+        slots = cls.__dict__.get("__slots__", ()) if isinstance(cls.__dict__, type(type.__dict__)) else ()
+        for slot in [slots] if isinstance(slots, str) else slots:
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            try:
+                out.append(["@" + slot, _canon(object.__getattribute__(x, slot), depth + 1, state)])
+            except _Deep:
+                raise
+            except BaseException:
+                pass
+    return out
+
+
+def _structural(value):
+    try:
+        return _canon(value, 0, [0])
+    except _Deep:
+        return ["deep"]
+    except RecursionError:
+        return ["deep"]
+    except BaseException:
+        return ["opaque", _tname(type(value))]
+
+
+def _passes_through(exc):
+    """Exceptions a witness must not swallow: pytest's own outcomes (skip, fail, exit) and ^C."""
+    return isinstance(exc, KeyboardInterrupt) or _tname(type(exc)).startswith(_OUTCOMES)
+
+
+class _Info(object):
+    """What ``with pytest.raises(...) as info`` gives the body after it, in the blind copy."""
+
+    def __init__(self, exc):
+        self.value = exc
+        self.type = type(exc) if exc is not None else None
+        self.tb = getattr(exc, "__traceback__", None)
+        self.typename = self.type.__name__ if self.type is not None else ""
+
+    def match(self, regexp):
+        return True
+
+    def errisinstance(self, exc):
+        return self.value is not None and isinstance(self.value, exc)
+
+
+def _record(key, raised, value, caught):
+    record = {"k": "witness", "site": key}
+    if raised:
+        record["e"] = _structural(value)
+    else:
+        record["r"] = _structural(value)
+    if caught is not None:
+        record["w"] = [_mro(w.category) for w in caught]
     try:
         _emit(record)
     except BaseException:
         pass
-    return value
+
+
+def __lego_w__(key, thunk, mode=0, *value):
+    """The blind copy's witness (lego.sandboxes.blind): records ``thunk()``'s structural value, or the
+    exception it raised, and carries on; mode 1 (``raises``) and 2 (``warns``) return an ``_Info``."""
+    caught = None
+    raised = False
+    if thunk is None:
+        result = value[0] if value else None
+    else:
+        try:
+            if mode == 2:
+                import warnings
+
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    result = thunk()
+            else:
+                result = thunk()
+        except BaseException as exc:
+            if _passes_through(exc):
+                raise
+            raised, result = True, exc
+    _record(key, raised, result, caught)
+    if mode:
+        return _Info(result if raised else None)
+    return result
+
+
+class __lego_x__(object):
+    """``with __lego_x__(key, mode):`` — a ``raises``/``warns`` body that could not move into a function."""
+
+    def __init__(self, key, mode=1):
+        self.key, self.mode, self.info, self.caught, self._cm = key, mode, _Info(None), None, None
+
+    def __enter__(self):
+        if self.mode == 2:
+            import warnings
+
+            self._cm = warnings.catch_warnings(record=True)
+            self.caught = self._cm.__enter__()
+            warnings.simplefilter("always")
+        return self.info
+
+    def __exit__(self, kind, exc, tb):
+        if self._cm is not None:
+            self._cm.__exit__(None, None, None)
+        if exc is not None and _passes_through(exc):
+            return False
+        self.info.__init__(exc)
+        _record(self.key, exc is not None, exc, self.caught)
+        return True
 
 
 builtins.__lego_w__ = __lego_w__
+builtins.__lego_x__ = __lego_x__
 
 import pytest
 
@@ -163,8 +318,8 @@ def _function(nodeid):
     return nodeid.split(" ", 1)[0].split("[", 1)[0]
 
 
-# Every instance of a function with an expected instance runs: a perturbed table row renames its
-# instance, which is then matched to its row by position (lego.sandboxes.evidence).
+# Every instance of a function with an expected instance runs: the blind copy names a table's rows by
+# position (p0r3), and the grader matches them to the rows as written by position (lego.sandboxes.evidence).
 _FUNCTIONS = set(_function(i) for i in _WANTED)
 
 
@@ -206,7 +361,7 @@ class _Reporter(object):
 
     # A test that changes os.name / sys.platform and fails before it puts them back (colorama's
     # `with osname("nt"):` has no try/finally) leaves pytest itself on "Windows": the next test's
-    # location builds a WindowsPath and the run ends in an INTERNALERROR. A perturbed run fails
+    # location builds a WindowsPath and the run ends in an INTERNALERROR. A failing fix fails
     # assertions on purpose, inside such blocks too, so each phase of a test gets them back as they were.
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item):

@@ -9,7 +9,7 @@ only as the run is meant to see them). It
 1. makes itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``) before reading its input: processes of
    the same uid can then neither ptrace it nor open its ``/proc/<pid>/{mem,fd,environ}``;
 2. applies the hidden ``test_patch`` to the pristine repo (failure: the task is broken), writes the
-   hidden test files as this run is to see them (witnessed, and perturbed where this run perturbs),
+   hidden test files as this run is to see them (the blind copy, in the blind run),
    then applies the agent's filtered diff (failure: the agent's diff does not apply) — patches reach
    git on its stdin;
 3. runs pytest (:mod:`lego.sandboxes.grade_bootstrap`) as its child with stdin ``/dev/null``, stdout

@@ -1,4 +1,4 @@
-"""Grading with hidden tests: a verdict that rests on what a cheat cannot know.
+"""Grading with hidden tests: a verdict that rests on what the graded process never holds.
 
 ``grade(task, diff)`` runs the task's hidden tests against the agent's diff in **two fresh sandboxes**
 of the task's pristine repo and environment (never the agent's sandbox), side by side:
@@ -7,33 +7,36 @@ of the task's pristine repo and environment (never the agent's sandbox), side by
    files and new modules in existing packages; never tests, startup configuration, symlinks or
    binaries; what is left out is listed in ``GradeResult.excluded_files``);
 2. the hidden test files (the pristine repo's files after the task's ``test_patch``) are read on the
-   host and their assertions witnessed and perturbed (:mod:`lego.sandboxes.perturb`): for every
-   expected test function with a witnessed assertion, one assertion's expected value is changed in
-   one of the two runs, drawn per grade on the host and never written where the code under test can
-   read it;
+   host, which writes their **blind copy** (:mod:`lego.sandboxes.blind`): the same tests on the same
+   inputs, every assertion replaced by a witness of what it looks at, no expected value, exception
+   type, pattern, id, test name or docstring left in it;
 3. in each sandbox the supervisor (:mod:`lego.sandboxes.grade_supervisor`), which gets its whole input
    on stdin and makes itself non-dumpable, applies the hidden ``test_patch`` to the pristine repo (if
-   that fails the task is broken: :class:`GradingError`), writes that run's test files, applies the
-   filtered diff and runs pytest (:mod:`lego.sandboxes.grade_bootstrap`) with the task's interpreter:
-   the repo's import roots first on ``sys.path``, the project's own pristine pytest configuration
-   (rootdir, ini options, conftest fixtures, markers), plugin autoload off and the environment's
-   declared plugins loaded; it relays the test process's records and prints one report with the
-   grade's nonce on its own stdout, which no process of the test run holds;
-4. :func:`lego.sandboxes.evidence.judge` decides: reward 1 iff every expected test passed in each run
-   where it is unperturbed, and every perturbed test failed at its perturbed assertion in the other,
-   with the true value witnessed there. A perturbed assertion that passes, or a witnessed value that
-   contradicts a pass, is tampering (``GradeResult.tampered``), reward 0. While the diff passes and some
-   FAIL_TO_PASS test's evidence was only its pass/fail bit (a truth assertion, or a value that is no
-   plain builtin), another round of two runs with fresh draws follows, up to ``sandbox.verdict_rounds``:
-   a cheat that tells the runs apart guesses that bit right with probability 1/2 a round.
+   that fails the task is broken: :class:`GradingError`), writes the blind copy (second run only),
+   applies the filtered diff and runs pytest (:mod:`lego.sandboxes.grade_bootstrap`) with the task's
+   interpreter: the repo's import roots first on ``sys.path``, the project's own pristine pytest
+   configuration (rootdir, ini options, conftest fixtures, markers), plugin autoload off and the
+   environment's declared plugins loaded; it relays the test process's records and prints one report
+   with the grade's nonce on its own stdout, which no process of the test run holds;
+4. :func:`lego.sandboxes.evidence.judge` decides: reward 1 iff every expected test passes **as
+   written**, and in the **blind copy** each of its witnessed assertions holds: evaluated on the host
+   with the expected value the host kept (plain builtin values, read structurally, never through the
+   value's own methods), or, where only the project's code could say, equal to the **reference**: the
+   gold patch's witnesses on the same copy (two gold runs, once per task, cached under the cache
+   directory; a witness the two runs disagree on is dropped and counted). A test that passes as
+   written but not blind, or a result record written twice, is tampering (``GradeResult.tampered``).
+
+``GradeResult.behavioural`` / ``bit_only`` count the FAIL_TO_PASS tests that rest on witnessed
+behaviour and those that rest on a reported pass/fail bit alone (nothing witnessed). A task without a
+gold patch is judged blind only where the host can evaluate an assertion, and the log says so.
 
 When a run shows that the tests could not run at all (no records, collection errors, expected tests
 not collected, a pytest usage error, a time-out), the pristine repo is run once with the hidden tests
 (cached per task): if it fails the same way the task cannot be graded — :class:`GradingError`,
-infrastructure, never the policy's 0; otherwise the diff broke the run, and the 0 is the policy's.
+infrastructure, never the policy's 0; otherwise the diff broke the run, and the 0 is the policy's. A
+gold patch that does not pass the hidden tests as written is a broken task too (:class:`GradingError`).
 
-What the verdict rests on, and what it does not: see :mod:`lego.sandboxes.evidence`. Only
-pytest-based ``test_cmd``s are graded here; Harbor tasks are graded by their own verifier.
+Only pytest-based ``test_cmd``s are graded here; Harbor tasks are graded by their own verifier.
 """
 
 from __future__ import annotations
@@ -46,15 +49,18 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lego.config import SandboxConfig
 from lego.errors import GradingError, SandboxError
-from lego.sandboxes.evidence import Evidence, RunRecords, judge, parse_run
+from lego.io import atomic_write_text
+from lego.paths import cache_dir
+from lego.sandboxes.blind import BlindPlan, blind_copy, test_function
+from lego.sandboxes.evidence import Evidence, Reference, RunRecords, judge, match_ids, parse_run, reference
 from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.guards import filter_diff, patch_paths, split_diff, tracked_files
-from lego.sandboxes.perturb import Definitions, FilePlan, find_sites, plan_perturbations, render, test_function
 from lego.sandboxes.project_meta import project_metadata
 from lego.sandboxes.templates import git
 from lego.sandboxes.verifier import grade_verifier, is_harbor
@@ -64,7 +70,7 @@ from lego.types import GradeResult, Task
 __all__ = ["RUNS", "grade"]
 
 RUNS = 2
-"""Fresh runs per grade: each expected test is perturbed in one and must pass in the other."""
+"""Fresh runs per grade: the hidden tests as written, and their blind copy."""
 
 _HERE = Path(__file__).parent
 _LAUNCH = 'exec "$1" -I -S -B -c "$2"'
@@ -221,20 +227,16 @@ def _in_sandboxes(cfg: SandboxConfig, task: Task, runs: int, work: Any) -> list[
 
 
 def _pristine_failure(task: Task, cfg: SandboxConfig, names: list[str], limit: float) -> str | None:
-    """Why the pristine repo with the hidden tests cannot run them (None: it can), once per task."""
+    """Why the pristine repo with the hidden tests as written cannot run them (None: it can), once per task."""
     key = _fingerprint(task, names)
     with _PRISTINE_LOCK:
         if key in _PRISTINE:
             return _PRISTINE[key]
 
     def work(_: int, sb: Sandbox) -> str | None:
-        tracked = tracked_files(sb)
-        plans = [FilePlan(p, t, find_sites(t, p)) for p, t in _test_files(task, sb, tracked, names).items()]
-        plan_perturbations(plans, set(), 1)
-        meta = _project_meta(task, sb, tracked)
-        report = _run(sb, task, "", {p.path: render(p, -1) for p in plans}, names, limit, meta)
-        ev = _evidence(report_list=[report], names=names, plans=plans)
-        return "; ".join(ev.ungradable) + _log([report])[-3000:] if ev.ungradable else None
+        report = _run(sb, task, "", {}, names, limit, _project_meta(task, sb, tracked_files(sb)))
+        why = _ungradable(report, names)
+        return "; ".join(why) + _log([report])[-3000:] if why else None
 
     why = _in_sandboxes(cfg, task, 1, work)[0]
     with _PRISTINE_LOCK:
@@ -242,25 +244,125 @@ def _pristine_failure(task: Task, cfg: SandboxConfig, names: list[str], limit: f
     return why
 
 
-def _evidence(report_list: list[dict[str, Any]], names: list[str], plans: list[FilePlan]) -> Evidence:
-    runs = [parse_run(list(r.get("records") or [])) if r.get("status") == "ran" else RunRecords() for r in report_list]
-    ev = judge(names, plans, runs, [int(r.get("exit_code", -1)) for r in report_list])
-    for r, report in enumerate(report_list):
-        if report.get("status") == "agent_patch_failed":
-            ev.failures.append(f"the agent's diff does not apply: {report.get('error')}")
-            ev.ungradable = []
-        elif report.get("status") == "no_report":
-            ev.failures.append(str(report.get("error")))
-        elif report.get("timed_out"):
-            ev.ungradable.append(f"run {r}: the test run timed out")
-    return ev
+def _records(report: dict[str, Any]) -> RunRecords:
+    return parse_run(list(report.get("records") or [])) if report.get("status") == "ran" else RunRecords()
+
+
+def _ungradable(report: dict[str, Any], names: list[str]) -> list[str]:
+    """Why a run as written did not run the expected tests at all ([] when it did)."""
+    run = _records(report)
+    why = []
+    if not run.started:
+        why.append("the test process sent no records (it died before pytest started)")
+    if run.collect_errors:
+        why.append("collection errors: " + " | ".join(run.collect_errors)[:2000])
+    if run.exitstatus not in (0, 1) or int(report.get("exit_code", -1)) not in (0, 1):
+        why.append(f"pytest exited {report.get('exit_code')} (status {run.exitstatus})")
+    matched = match_ids(names, run.collected or [])
+    lacking = [t for t in names if t not in matched]
+    if lacking:
+        why.append(f"{len(lacking)} expected test(s) not collected, e.g. {lacking[0]}")
+    if report.get("timed_out"):
+        why.append("the test run timed out")
+    return why
 
 
 def _log(reports: list[dict[str, Any]]) -> str:
     return "\n".join(
-        f"[run {r}: {rep.get('status')}, exit {rep.get('exit_code')}]\n{rep.get('output', rep.get('error', ''))}"
+        f"[{_RUN_NAMES[r] if r < len(_RUN_NAMES) else r}: {rep.get('status')}, exit {rep.get('exit_code')}]\n"
+        f"{rep.get('output', rep.get('error', ''))}"
         for r, rep in enumerate(reports)
     )
+
+
+_RUN_NAMES = ("as written", "blind copy")
+
+
+@dataclass
+class _Prepared:
+    """What the first, still pristine, grading sandbox gives a grade: the kept diff, the hidden files."""
+
+    kept: str
+    excluded: list[str]
+    plan: BlindPlan
+    meta: dict[str, str] | None
+
+
+def _prepare(task: Task, sb: Sandbox, diff: str, names: list[str]) -> _Prepared:
+    tracked = tracked_files(sb)
+    kept, excluded = filter_diff(diff, tracked, protected=patch_paths(task.test_patch))
+    plan = blind_copy(_test_files(task, sb, tracked, names))
+    return _Prepared(kept, excluded, plan, _project_meta(task, sb, tracked))
+
+
+def _blind_names(plan: BlindPlan, names: list[str]) -> list[str]:
+    """What the blind run selects: the expected tests' functions, as the blind copy names them."""
+    return list(dict.fromkeys(plan.blind_node(n) for n in names))
+
+
+_REFERENCES: dict[str, Reference | None] = {}
+_REFERENCE_LOCK = threading.Lock()
+_VERSION = hashlib.sha256(
+    b"".join((_HERE / f).read_bytes() for f in ("blind.py", "grade_bootstrap.py", "evidence.py", "grade_supervisor.py"))
+).hexdigest()[:12]
+
+
+def _reference(task: Task, cfg: SandboxConfig, names: list[str], limit: float) -> Reference | None:
+    """The gold patch's behaviour on the blind copy (:class:`Reference`), computed once per task and
+    kept under the cache directory (host-only); None for a task without a gold patch."""
+    if not task.patch.strip():
+        return None
+    key = hashlib.sha256(
+        f"{_fingerprint(task, names)}:{hashlib.sha256(task.patch.encode()).hexdigest()}:{_VERSION}".encode()
+    ).hexdigest()
+    path = cache_dir() / "references" / f"{key[:32]}.json"
+    with _REFERENCE_LOCK:
+        if key in _REFERENCES:
+            return _REFERENCES[key]
+    if path.is_file():
+        try:
+            ref = Reference.from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError):
+            ref = None
+        else:
+            with _REFERENCE_LOCK:
+                _REFERENCES[key] = ref
+            return ref
+    ready = threading.Event()
+    shared: dict[str, Any] = {}
+
+    def work(r: int, sb: Sandbox) -> dict[str, Any]:
+        if r == 0:
+            try:
+                shared["prepared"] = _prepare(task, sb, task.patch, names)
+            finally:
+                ready.set()
+        elif not ready.wait(timeout=limit):
+            raise GradingError(f"task {task.instance_id}: the first grading sandbox did not start in {limit:.0f}s")
+        if "prepared" not in shared:
+            return {"status": "skipped"}
+        prep: _Prepared = shared["prepared"]
+        if r == 0:
+            return _run(sb, task, prep.kept, {}, names, limit, prep.meta)
+        return _run(sb, task, prep.kept, prep.plan.texts, _blind_names(prep.plan, names), limit, prep.meta)
+
+    reports = _in_sandboxes(cfg, task, 3, work)
+    real = _records(reports[0])
+    why = _ungradable(reports[0], names)
+    matched = match_ids(names, real.collected or [])
+    failing = [t for t in names if t in matched and real.outcome.get(matched[t]) != "passed"]
+    if why or failing:
+        detail = "; ".join(why) or f"{len(failing)} expected test(s) fail with it, e.g. {failing[0]}"
+        raise GradingError(
+            f"task {task.instance_id} cannot be graded: the gold patch does not pass the hidden tests as written ({detail}): the task "
+            f"is broken or flaky; validate it with `lego tasks validate`\n{_log(reports[:1])[-3000:]}"
+        )
+    ref = reference(real, [_records(r) for r in reports[1:]])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(ref.to_json()))
+    with _REFERENCE_LOCK:
+        _REFERENCES[key] = ref
+    return ref
 
 
 def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: float | None = None) -> GradeResult:
@@ -277,79 +379,80 @@ def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: f
     names = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
     if not names:
         raise GradingError(f"task {task.instance_id} names no FAIL_TO_PASS/PASS_TO_PASS tests; rebuild the task")
-    rounds: list[tuple[list[dict[str, Any]], Evidence]] = []
-    for _ in range(cfg.verdict_rounds):
-        reports, ev, excluded = _round(task, diff, cfg, names, limit)
-        if ev.ungradable:
-            why = _pristine_failure(task, cfg, names, limit)
-            if why is not None:
-                raise GradingError(
-                    f"task {task.instance_id} cannot be graded: its pristine repo does not run the hidden tests: {why}"
-                )
-            ev.failures += ev.ungradable
-        rounds.append((reports, ev))
-        passing = not ev.tampered and not ev.failures and all(o == "passed" for o in ev.tests.values())
-        if not passing or not set(ev.bit_only) & set(task.FAIL_TO_PASS):
+    ref = _reference(task, cfg, names, limit)
+    reports, prep = _runs(task, diff, cfg, names, limit)
+    ev = judge(
+        names, prep.plan, _records(reports[0]), _records(reports[1]), ref,
+        [int(r.get("exit_code", -1)) for r in reports], set(task.FAIL_TO_PASS),
+    )  # fmt: skip
+    for r, report in enumerate(reports):
+        if report.get("status") == "agent_patch_failed":
+            ev.failures.append(f"the agent's diff does not apply: {report.get('error')}")
+            ev.ungradable = []
             break
-    return _result(task, names, rounds, excluded, time.monotonic() - t0)
+        if report.get("status") == "no_report":
+            ev.failures.append(str(report.get("error")))
+        elif report.get("timed_out"):
+            ev.ungradable.append(f"{_RUN_NAMES[r]} run: the test run timed out")
+    if ev.ungradable:
+        why = _pristine_failure(task, cfg, names, limit)
+        if why is not None:
+            raise GradingError(
+                f"task {task.instance_id} cannot be graded: its pristine repo does not run the hidden tests: {why}"
+            )
+        ev.failures += ev.ungradable
+    if ref is None:
+        ev.notes.append("no gold patch: the blind copy is judged only where the host can evaluate an assertion")
+    return _result(names, reports, ev, prep, time.monotonic() - t0)
 
 
-def _round(
+def _runs(
     task: Task, diff: str, cfg: SandboxConfig, names: list[str], limit: float
-) -> tuple[list[dict[str, Any]], Evidence, list[str]]:
-    """One round: the two runs side by side, with fresh draws; their reports, the evidence, what the
-    allow-list left out of the diff."""
+) -> tuple[list[dict[str, Any]], _Prepared]:
+    """The grade's two runs side by side: the hidden tests as written, and their blind copy."""
     ready = threading.Event()
     shared: dict[str, Any] = {}
 
     def work(r: int, sb: Sandbox) -> dict[str, Any]:
         if r == 0:  # the first sandbox, still pristine, gives the file list and the hidden test files
             try:
-                tracked = tracked_files(sb)
-                shared["kept"], shared["excluded"] = filter_diff(diff, tracked, protected=patch_paths(task.test_patch))
-                plans = [FilePlan(p, t, find_sites(t, p)) for p, t in _test_files(task, sb, tracked, names).items()]
-                defs = Definitions(plans)
-                plan_perturbations(plans, {f for f in map(defs, names) if not defs.shared(f)}, RUNS)
-                shared["meta"] = _project_meta(task, sb, tracked)
-                shared["plans"] = plans
+                shared["prepared"] = _prepare(task, sb, diff, names)
             finally:
                 ready.set()
         elif not ready.wait(timeout=limit):
             raise GradingError(f"task {task.instance_id}: the first grading sandbox did not start in {limit:.0f}s")
-        if "plans" not in shared:
+        if "prepared" not in shared:
             return {"status": "skipped"}
-        files = {p.path: render(p, r) for p in shared["plans"]}
-        return _run(sb, task, shared["kept"], files, names, limit, shared["meta"])
+        prep: _Prepared = shared["prepared"]
+        if r == 0:
+            return _run(sb, task, prep.kept, {}, names, limit, prep.meta)
+        return _run(sb, task, prep.kept, prep.plan.texts, _blind_names(prep.plan, names), limit, prep.meta)
 
     reports = _in_sandboxes(cfg, task, RUNS, work)
-    return reports, _evidence(reports, names, shared["plans"]), shared["excluded"]
+    return reports, shared["prepared"]
 
 
-def _result(
-    task: Task, names: list[str], rounds: list[tuple[list[dict[str, Any]], Evidence]], excluded: list[str], wall: float
-) -> GradeResult:
-    """The grade from its rounds: the last round decides (earlier ones passed), the log shows them all."""
-    ev = rounds[-1][1]
-    log = [f"excluded from the graded diff: {', '.join(excluded)}"] if excluded else []
-    for k, (round_reports, _) in enumerate(rounds):
-        log += [f"== round {k + 1} of {len(rounds)}", _log(round_reports)]
+def _result(names: list[str], reports: list[dict[str, Any]], ev: Evidence, prep: _Prepared, wall: float) -> GradeResult:
+    log = [f"excluded from the graded diff: {', '.join(prep.excluded)}"] if prep.excluded else []
+    log.append(_log(reports))
     not_passing = [f"{t} {o}" for t, o in ev.tests.items() if o != "passed"]
     if not_passing:
         ev.failures.append(f"{len(not_passing)} expected test(s) not passing: {', '.join(not_passing[:5])}")
     log += [f"tampered: {t}" for t in ev.tampered] + [f"reward 0: {f}" for f in ev.failures] + ev.notes
     log.append(
-        f"evidence: {ev.perturbed} of {len(names)} expected tests perturbed, {ev.witnessed} witnessed, "
-        f"{len(rounds)} round(s)"
+        f"evidence: {len(ev.behavioural)} FAIL_TO_PASS test(s) judged on behaviour, {len(ev.bit_only)} on a "
+        f"pass/fail bit alone; {ev.unstable} unstable reference witness(es) dropped"
     )
     resolved = not ev.tampered and not ev.failures and all(o == "passed" for o in ev.tests.values())
     return GradeResult(
         reward=1.0 if resolved else 0.0,
         resolved=resolved,
         tests=ev.tests,
-        excluded_files=excluded,
+        excluded_files=prep.excluded,
         tampered=ev.tampered,
         log="\n".join(log)[-20000:],
         duration_s=wall,
-        perturbed=ev.perturbed,
-        witnessed=ev.witnessed,
+        behavioural=len(ev.behavioural),
+        bit_only=len(ev.bit_only),
+        unstable=ev.unstable,
     )

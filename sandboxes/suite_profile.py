@@ -9,9 +9,8 @@ settings profile; lego loads one in every run it makes of a task's suite, with t
 Hypothesis' own ``ci`` profile: ``derandomize`` (the examples follow from the test alone),
 ``deadline=None``, no example database (nothing read from or written to the repo), and the
 ``too_slow`` health check suppressed; and no shrinking (nor explaining) of a failing example. A
-grade needs each test's outcome, which shrinking does not change, and half the expected tests fail
-on purpose in each grading run (:mod:`lego.sandboxes.perturb`): shrinking each of them cost a
-property test with 0.3 s examples 35 s of a 36 s run.
+grade needs each test's outcome, which shrinking does not change, and a failing fix fails many of
+them: shrinking each failure cost a property test with 0.3 s examples 35 s of a 36 s run.
 
 Where it runs: the grader's bootstrap executes this text after the repo's import roots are first on
 ``sys.path`` and before pytest starts (:mod:`lego.sandboxes.grading`); the task factory's suite runs

@@ -30,7 +30,7 @@ the default) when it shows an attempt to be paid for something other than the ag
   internals or upstream. A bug fix has no need of the reflog, ``cat-file``, ``.git/objects`` or a
   clone, so false positives are rare, and each one is kept, flagged and explained.
 * ``grade/tampering``: grading itself reported that the code under test interfered with the run
-  (``GradeResult.tampered``: a perturbed assertion reported passed, a witnessed value that contradicts a pass).
+  (``GradeResult.tampered``: a test that passes as written but not in the blind copy, a result record written twice).
 
 Two detections stay flags: ``test_tamper`` alone (the agent's diff touched test files or test
 infrastructure) does not zero, because those edits are dropped from the graded diff and cannot change

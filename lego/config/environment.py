@@ -58,15 +58,6 @@ class SandboxConfig(Section):
     command_timeout_s: float = Field(
         120.0, gt=0, description="Wall time of one exec() before its process group is killed."
     )
-    verdict_rounds: int = Field(
-        3,
-        ge=1,
-        le=8,
-        description="Most rounds of two grading runs per grade. A second round (fresh draws) runs only while the "
-        "diff passes and some FAIL_TO_PASS test's evidence was only its pass/fail bit (a truth assertion, or a "
-        "value that is no plain builtin), which a cheat that tells the runs apart guesses with probability "
-        "1/2 per round (lego.sandboxes.evidence).",
-    )
     docker_image: str | None = Field(None, description="Default image for the docker backend when a task names none.")
     workdir: str | None = Field(None, description="Where sandboxes are created; default: a temp dir.")
 

@@ -189,7 +189,7 @@ def test_a_redefined_comparison_is_tampering(sb: LocalSandbox, calc_task: Task, 
     whose expected value was changed, which correct code fails."""
     result = attack(sb, calc_task, {"calc/__init__.py": ALWAYS_EQUAL_VARIANTS[variant] + TAIL})
     assert result.reward == 0.0 and not result.resolved
-    assert any("equals anything" in t for t in result.tampered), (result.tampered, result.log[-1500:])
+    assert any("expected outcome is hidden" in t for t in result.tampered), (result.tampered, result.log[-1500:])
 
 
 def test_a_fix_that_adds_an_honest_eq_scores_1(sb: LocalSandbox, calc_task: Task) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from lego.errors import GradingError
-from lego.sandboxes.evidence import judge, match_ids, parse_run
+from lego.sandboxes.blind import blind_copy
+from lego.sandboxes.evidence import judge, match_ids, parse_run, reference
 from lego.sandboxes.grading import grade
-from lego.sandboxes.perturb import FilePlan, find_sites, plan_perturbations
 from lego.types import Task
 from tests.sandboxes.sbx_fixtures import LIB_FIXED, _patch
 
@@ -86,62 +86,67 @@ def test_a_diff_that_breaks_collection_is_the_policys_zero(calc_task: Task) -> N
     assert result.reward == 0.0 and "collection errors" in result.log
 
 
-def test_every_grade_perturbs_and_witnesses_each_expected_test(calc_task: Task) -> None:
+def test_every_grade_judges_each_fail_to_pass_test_on_its_behaviour(calc_task: Task) -> None:
     gold = grade(calc_task, calc_task.patch)
-    assert (gold.perturbed, gold.witnessed) == (3, 3)
-    assert "assert 5 ==" in gold.log or "assert 0 ==" in gold.log  # correct code fails the perturbed copy
+    assert (gold.behavioural, gold.bit_only, gold.unstable) == (1, 0, 0), gold.log[-2000:]
+    assert "1 FAIL_TO_PASS test(s) judged on behaviour" in gold.log
 
 
 T = "tests/t.py::test_a"
 SRC = "def test_a():\n    assert f(2) == 4\n"
+PLAN = blind_copy({"tests/t.py": SRC})
+B = PLAN.blind_node(T)  # tests/t.py::test_l1
 
 
-def _records(outcome: str, witnessed: str | None, ids: tuple[str, ...] = (T,), key: str = "") -> list[str]:
-    recs = [{"k": "hello"}, {"k": "collected", "ids": list(ids)}, {"k": "start", "id": ids[0]}]
-    if witnessed is not None:
-        recs.append({"k": "witness", "site": key, "v": witnessed, "exact": True, "truth": True})
+def _records(test: str, outcome: str, witness: list | None = None, key: str = "0_1.0") -> list[str]:  # type: ignore[type-arg]
+    recs: list[dict] = [{"k": "hello"}, {"k": "collected", "ids": [test]}, {"k": "start", "id": test}]  # type: ignore[type-arg]
+    if witness is not None:
+        recs.append({"k": "witness", "site": key, "r": witness})
     recs += [
-        {"k": "report", "id": ids[0], "when": w, "outcome": o}
+        {"k": "report", "id": test, "when": w, "outcome": o}
         for w, o in (("setup", "passed"), ("call", outcome), ("teardown", "passed"))
     ]
     recs.append({"k": "finish", "exitstatus": 0 if outcome == "passed" else 1})
     return [json.dumps(r) for r in recs]
 
 
-def _judge(clean: tuple[str, str | None], perturbed: tuple[str, str | None]):  # type: ignore[no-untyped-def]
-    plan = FilePlan("tests/t.py", SRC, find_sites(SRC, "tests/t.py"))
-    plan_perturbations([plan], {("tests/t.py", "test_a")}, 2)
-    p_run = plan.perturbed[0][0]
-    by_run = {p_run: perturbed, 1 - p_run: clean}
-    runs = [parse_run(_records(by_run[r][0], by_run[r][1], key=plan.keys[0])) for r in (0, 1)]
-    return judge([T], [plan], runs, [0 if by_run[r][0] == "passed" else 1 for r in (0, 1)])
+GOLD = reference(parse_run(_records(T, "passed")), [parse_run(_records(B, "passed", ["i", "4"]))] * 2)
 
 
-def test_correct_code_fails_exactly_the_perturbed_assertion_with_the_true_value() -> None:
-    ev = _judge(clean=("passed", "4"), perturbed=("failed", "4"))
-    assert ev.tests == {T: "passed"} and not ev.tampered and not ev.failures and (ev.perturbed, ev.witnessed) == (1, 1)
+def _judge(real: str, blind: list | None, extra: list[str] | None = None):  # type: ignore[no-untyped-def,type-arg]
+    real_run = parse_run(_records(T, real) + (extra or []))
+    blind_run = parse_run(_records(B, "passed", blind))
+    return judge([T], PLAN, real_run, blind_run, GOLD, [0, 0])
+
+
+def test_the_blind_copy_holds_no_expected_value_and_the_host_judges_the_witness() -> None:
+    assert "4" not in PLAN.texts["tests/t.py"] and "test_a" not in PLAN.texts["tests/t.py"]
+    ev = _judge("passed", ["i", "4"])
+    assert ev.tests == {T: "passed"} and not ev.tampered and not ev.failures and ev.behavioural == [T]
 
 
 @pytest.mark.parametrize(
-    ("perturbed", "why"),
+    "witness",
     [
-        (("passed", "4"), "passed with the expected value"),  # forged stream / answer key / equals anything
-        (("passed", None), "passed with the expected value"),
-        (("failed", "5"), "not the true value"),  # a forger that guessed the failure but not the value
+        ["i", "5"],  # an answer key read from the test as written: wrong where it is hidden
+        ["obj", "calc.Same", []],  # a value that equals anything
+        ["sub", "calc.Same", ["i", "-1"], []],  # an int subclass whose __eq__ says yes, holding a - b
+        None,  # the witness never recorded
     ],
 )
-def test_a_perturbed_assertion_a_cheat_gets_wrong_is_tampering(perturbed: tuple[str, str | None], why: str) -> None:
-    ev = _judge(clean=("passed", "4"), perturbed=perturbed)
-    assert any(why in t for t in ev.tampered), ev.tampered
+def test_a_pass_as_written_that_the_blind_copy_contradicts_is_tampering(witness: list | None) -> None:  # type: ignore[type-arg]
+    ev = _judge("passed", witness)
+    assert any("expected outcome is hidden" in t for t in ev.tampered), ev.tampered
 
 
-def test_a_forged_witness_in_a_passing_clean_run_is_tampering() -> None:
-    ev = _judge(clean=("passed", "3"), perturbed=("failed", "4"))
-    assert any("witnessed 3" in t for t in ev.tampered)
+def test_a_second_record_of_one_phase_is_tampering() -> None:
+    late = json.dumps({"k": "report", "id": T, "when": "call", "outcome": "passed"})
+    ev = _judge("failed", ["i", "3"], extra=[late])
+    assert any("written twice" in t for t in ev.tampered), ev.tampered
 
 
 def test_wrong_code_is_the_policys_failure_not_tampering() -> None:
-    ev = _judge(clean=("failed", "3"), perturbed=("failed", "3"))
+    ev = _judge("failed", ["i", "3"])
     assert ev.tests == {T: "failed"} and not ev.tampered
 
 
@@ -157,7 +162,7 @@ def test_ids_as_swebench_writes_them_match_the_collected_node() -> None:
 
 
 def test_a_failed_subtest_fails_its_test_and_is_no_protocol_violation() -> None:
-    recs = _records("passed", None)
+    recs = _records(T, "passed")
     recs.insert(4, json.dumps({"k": "report", "id": T, "when": "call", "outcome": "failed", "sub": True}))
     run = parse_run(recs)
     assert run.outcome == {T: "failed"} and not run.malformed

@@ -1,14 +1,13 @@
 """A test class imported into another test module is collected there too, under that module's name
 (itsdangerous 2.2.0: ``from test_itsdangerous.test_serializer import TestSerializer`` in test_timed.py
 runs ``test_timed.py::TestSerializer::test_alt_salt[...]``). It runs the definition of the module it came
-from, so the grader must perturb and judge it by that definition."""
+from, and its blind copy (the grader renames test classes) must follow the import."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from lego.sandboxes.grading import grade
-from lego.sandboxes.perturb import Definitions, FilePlan, find_sites
 from lego.types import Task
 from tests.sandboxes.sbx_fixtures import _patch, git_in
 
@@ -44,18 +43,6 @@ def add_zero():
 """
 
 
-def test_an_imported_class_s_tests_resolve_to_its_own_file() -> None:
-    plans = [
-        FilePlan(p, t, find_sites(t, p)) for p, t in {"tests/test_base.py": BASE, "tests/test_more.py": MORE}.items()
-    ]
-    defs = Definitions(plans)
-    assert defs("tests/test_more.py::TestAdd::test_add") == ("tests/test_base.py", "TestAdd.test_add")
-    assert defs("tests/test_more.py::TestMore::test_add") == ("tests/test_base.py", "TestAdd.test_add")
-    assert defs("tests/test_more.py::TestAliased::test_add_more") == ("tests/test_base.py", "TestAdd.test_add_more")
-    assert defs("tests/test_more.py::TestMore::test_zero") == ("tests/test_more.py", "TestMore.test_zero")
-    assert defs("tests/test_more.py::TestUnknown::test_x") == ("tests/test_more.py", "TestUnknown.test_x")
-
-
 def test_an_imported_test_class_is_graded_by_its_definition(tmp_path: Path) -> None:
     repo = tmp_path / "shapes"
     for rel, text in {
@@ -87,8 +74,7 @@ def test_an_imported_test_class_is_graded_by_its_definition(tmp_path: Path) -> N
         ],
         PASS_TO_PASS=["tests/test_more.py::TestMore::test_zero"],
     )
-    for _ in range(3):  # fresh draws each time
-        gold = grade(task, task.patch)
-        assert gold.reward == 1.0, gold.log
-        assert gold.perturbed >= 2 and not gold.tampered
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0, gold.log
+    assert gold.behavioural == 8 and not gold.tampered, gold.log
     assert grade(task, "").reward == 0.0

@@ -221,10 +221,9 @@ def test_what_real_suites_do_with_their_tests_is_graded_as_written(tmp_path: Pat
         FAIL_TO_PASS=ids[:6] + ids[7:-1],
         PASS_TO_PASS=[ids[6], ids[-1]],
     )
-    for _ in range(3):  # fresh draws each time: every site may be the perturbed one
-        gold = grade(task, task.patch)
-        assert gold.reward == 1.0, gold.log
-        assert gold.perturbed >= 4 and not gold.tampered
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0, gold.log
+    assert gold.behavioural >= 4 and not gold.tampered, gold.log
     assert grade(task, "").reward == 0.0
 
 

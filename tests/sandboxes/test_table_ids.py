@@ -1,6 +1,7 @@
 """A parametrize table whose ids a function makes from its values (humanize 4.11.0:
-``@pytest.mark.parametrize("test_args, expected", [...], ids=str)``): a perturbed row is renamed in the
-run that perturbs it, like a table without ``ids``, so it must be matched to its row by position."""
+``@pytest.mark.parametrize("test_args, expected", [...], ids=str)``): the ids carry the expected values,
+so the blind copy names its rows ``p0r<row>`` and the grader matches them to the rows as written by
+position."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from lego.sandboxes.blind import blind_copy
 from lego.sandboxes.grading import grade
-from lego.sandboxes.perturb import find_sites
 from lego.types import Task
 from tests.sandboxes.sbx_fixtures import _patch, git_in
 
@@ -33,9 +34,10 @@ def test_add(a, b, expected):
     ("ids", "stable"),
     [("str", False), ("_name", False), ("lambda v: repr(v)", False), ('["one", "two", "three"]', True)],
 )
-def test_ids_made_from_values_are_not_stable(ids: str, stable: bool) -> None:
-    sites = [s for s in find_sites(TABLE.format(ids=ids), "tests/test_t.py") if s.rows is not None]
-    assert sites and all(s.stable_ids is stable for s in sites)
+def test_the_blind_copy_names_rows_by_position_whatever_the_ids_were(ids: str, stable: bool) -> None:
+    text = blind_copy({"tests/test_t.py": TABLE.format(ids=ids)}).texts["tests/test_t.py"]
+    assert "ids=['p0r0', 'p0r1', 'p0r2']" in text
+    assert '"one"' not in text and ", 3)" not in text and "ids=str" not in text
 
 
 def test_a_table_with_ids_made_from_its_values_is_graded(tmp_path: Path) -> None:
@@ -56,8 +58,7 @@ def test_a_table_with_ids_made_from_its_values_is_graded(tmp_path: Path) -> None
         FAIL_TO_PASS=[f"tests/test_t.py::test_add[{row}]" for row in ("1-2-3", "2-2-4", "0-5-5")],
         PASS_TO_PASS=[],
     )
-    for _ in range(3):  # fresh draws each time: any row may be the perturbed one
-        gold = grade(task, task.patch)
-        assert gold.reward == 1.0, gold.log
-        assert not gold.tampered
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0, gold.log
+    assert not gold.tampered and gold.behavioural == 3
     assert grade(task, "").reward == 0.0
