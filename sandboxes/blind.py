@@ -32,6 +32,7 @@ sandbox.
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -263,6 +264,7 @@ class _Blinder(ast.NodeTransformer):
         self.scopes = [module_hidden]
         self.count = 0
         self.thunks = 0
+        self.tables: dict[str, ast.Assign] = {}
         self.positions: set[int] = set()
         self.function_body: list[ast.stmt] = []
 
@@ -466,7 +468,11 @@ class _Blinder(ast.NodeTransformer):
 
     def _table(self, call: ast.Call, d: int, function: str, loads: dict[str, list[ast.Name]]) -> dict[str, Operand]:
         """A parametrize table's columns read only as assertion operands, stripped (their values
-        become None in the copy, kept on the host); its ids become ``p<d>r<row>``."""
+        become None in the copy, kept on the host); its ids become ``p<d>r<row>``. A module constant
+        that serves only as parametrize tables is copied into each decorator (one table may be two
+        tests' answers: inflection's singular/plural pairs) and bound to None."""
+        if isinstance(call.args[1], ast.Name) and call.args[1].id in self.tables:
+            call.args[1] = copy.deepcopy(self.tables[call.args[1].id].value)
         names = _argnames(call)
         indirect = any(k.arg == "indirect" for k in call.keywords)
         rows = _rows(call.args[1], len(names)) if names else None
@@ -547,6 +553,30 @@ def _module_hidden(tree: ast.Module, positions: set[int], imported_elsewhere: se
     return hidden
 
 
+def _table_constants(tree: ast.Module) -> dict[str, ast.Assign]:
+    """Module constants bound once to a list or tuple and read only as a parametrize decorator's table."""
+    tables: dict[str, ast.Assign] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            if isinstance(stmt.value, ast.List | ast.Tuple):
+                tables[stmt.targets[0].id] = stmt
+    stores = _stores(tree.body)
+    calls = [
+        call
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for call in map(_parametrize, node.decorator_list)
+        if call is not None
+    ]
+    in_tables = {id(call.args[1]) for call in calls if isinstance(call.args[1], ast.Name)}
+    uses = _loads(tree.body)
+    return {
+        name: stmt
+        for name, stmt in tables.items()
+        if stores.get(name) == 1 and uses.get(name) and all(id(u) in in_tables for u in uses[name])
+    }
+
+
 def blind_copy(files: dict[str, str]) -> BlindPlan:
     """The blind copies of the hidden test files ``files`` (path -> text after the ``test_patch``).
     Deterministic: the same files give the same copy and keys (the reference is cached per task)."""
@@ -576,7 +606,10 @@ def blind_copy(files: dict[str, str]) -> BlindPlan:
         positions = _compared_positions(tree, imported)
         blinder = _Blinder(plan, path, f"{f}_", imported, _module_hidden(tree, positions, from_imports))
         blinder.positions = positions
+        blinder.tables = _table_constants(tree)
         new = blinder.visit(tree)
+        for assign in blinder.tables.values():
+            assign.value = ast.Constant(None)
         for node in ast.walk(new):  # references to renamed tests and classes follow them
             if isinstance(node, ast.Name) and node.id in plan.renames:
                 node.id = plan.renames[node.id]

@@ -157,14 +157,23 @@ class Reference:
     outcomes: dict[str, str]
     witnesses: dict[str, dict[str, list[dict[str, Any]]]]  # blind id -> key -> records
     unstable: int = 0
+    evidence: dict[str, bool] = field(default_factory=dict)  # FAIL_TO_PASS test -> rests on behaviour
 
     def to_json(self) -> dict[str, Any]:
         return {"real": self.real, "blind": self.blind, "outcomes": self.outcomes, "witnesses": self.witnesses,
-                "unstable": self.unstable}  # fmt: skip
+                "unstable": self.unstable, "evidence": self.evidence}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Reference:
-        return cls(data["real"], data["blind"], data["outcomes"], data["witnesses"], int(data.get("unstable", 0)))
+        return cls(
+            data["real"], data["blind"], data["outcomes"], data["witnesses"], int(data.get("unstable", 0)),
+            {str(k): bool(v) for k, v in dict(data.get("evidence") or {}).items()},
+        )  # fmt: skip
+
+    @property
+    def share(self) -> float | None:
+        """The share of FAIL_TO_PASS tests that rest on witnessed behaviour (None: none named)."""
+        return sum(self.evidence.values()) / len(self.evidence) if self.evidence else None
 
 
 def reference(real: RunRecords, blinds: list[RunRecords]) -> Reference:

@@ -67,7 +67,7 @@ from lego.sandboxes.verifier import grade_verifier, is_harbor
 from lego.seams import Sandbox
 from lego.types import GradeResult, Task
 
-__all__ = ["RUNS", "grade"]
+__all__ = ["RUNS", "behavioural_evidence", "forget_reference", "grade", "reference_path"]
 
 RUNS = 2
 """Fresh runs per grade: the hidden tests as written, and their blind copy."""
@@ -307,15 +307,29 @@ _VERSION = hashlib.sha256(
 ).hexdigest()[:12]
 
 
+def reference_path(task: Task, names: list[str]) -> tuple[str, Path]:
+    """The cache key of ``task``'s reference and the host-only file it is kept in: the task's record,
+    its gold patch and this grader's code (a change to the blind copy makes a new reference)."""
+    gold = hashlib.sha256(task.patch.encode()).hexdigest()
+    key = hashlib.sha256(f"{_fingerprint(task, names)}:{gold}:{_VERSION}".encode()).hexdigest()
+    return key, cache_dir() / "references" / f"{key[:32]}.json"
+
+
+def forget_reference(task: Task) -> None:
+    """Drop ``task``'s cached reference (memory and disk): the next grade builds it again."""
+    names = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
+    key, path = reference_path(task, names)
+    with _REFERENCE_LOCK:
+        _REFERENCES.pop(key, None)
+    path.unlink(missing_ok=True)
+
+
 def _reference(task: Task, cfg: SandboxConfig, names: list[str], limit: float) -> Reference | None:
     """The gold patch's behaviour on the blind copy (:class:`Reference`), computed once per task and
     kept under the cache directory (host-only); None for a task without a gold patch."""
     if not task.patch.strip():
         return None
-    key = hashlib.sha256(
-        f"{_fingerprint(task, names)}:{hashlib.sha256(task.patch.encode()).hexdigest()}:{_VERSION}".encode()
-    ).hexdigest()
-    path = cache_dir() / "references" / f"{key[:32]}.json"
+    key, path = reference_path(task, names)
     with _REFERENCE_LOCK:
         if key in _REFERENCES:
             return _REFERENCES[key]
@@ -357,12 +371,27 @@ def _reference(task: Task, cfg: SandboxConfig, names: list[str], limit: float) -
             f"task {task.instance_id} cannot be graded: the gold patch does not pass the hidden tests as written ({detail}): the task "
             f"is broken or flaky; validate it with `lego tasks validate`\n{_log(reports[:1])[-3000:]}"
         )
-    ref = reference(real, [_records(r) for r in reports[1:]])
+    blinds = [_records(r) for r in reports[1:]]
+    ref = reference(real, blinds)
+    gold = judge(names, shared["prepared"].plan, real, blinds[0], ref, [0, 0], set(task.FAIL_TO_PASS))
+    ref.evidence = {t: t in gold.behavioural for t in task.FAIL_TO_PASS}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(ref.to_json()))
     with _REFERENCE_LOCK:
         _REFERENCES[key] = ref
     return ref
+
+
+def behavioural_evidence(task: Task, cfg: SandboxConfig | None = None) -> float | None:
+    """The share of ``task``'s FAIL_TO_PASS tests whose verdict rests on witnessed behaviour rather than
+    a reported pass/fail bit, from its reference (computed once, then cached); None for a task without
+    a gold patch or with its own verifier, whose evidence is not known."""
+    if is_harbor(task) or not task.patch.strip():
+        return None
+    cfg = cfg or SandboxConfig()
+    names = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
+    ref = _reference(task, cfg, names, cfg.command_timeout_s)
+    return ref.share if ref is not None else None
 
 
 def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: float | None = None) -> GradeResult:

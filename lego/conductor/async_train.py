@@ -28,7 +28,7 @@ from lego.conductor.async_rollouts import CompletedGroup, GroupLedger, GroupPlan
 from lego.conductor.drive import RolloutOptions
 from lego.conductor.rollout import crashed_trajectory
 from lego.conductor.step_close import StepCloser
-from lego.conductor.step_plan import sample_seed, step_harnesses, step_tasks
+from lego.conductor.step_plan import enough_evidence, sample_seed, step_harnesses, step_tasks
 from lego.config import LegoConfig
 from lego.seams import TaskSource
 from lego.types import Task, Trajectory
@@ -43,13 +43,17 @@ TAKE_SLICE_S = 0.2
 
 
 def group_job(
-    cfg: LegoConfig, tasks: Sequence[Task], source: TaskSource, g: int
+    cfg: LegoConfig,
+    tasks: Sequence[Task],
+    source: TaskSource,
+    g: int,
+    usable: Callable[[Task], bool] | None = None,
 ) -> tuple[Task, str, list[RolloutOptions]]:
     """Group ``g``: task ``g % B`` of plan step ``g // B``, with the harness and per-rollout seeds the
     synchronous loop gives that task in that step."""
     b = cfg.training.tasks_per_step
     step, ti = divmod(g, b)
-    picked = step_tasks(tasks, step, b, cfg.training.seed)
+    picked = step_tasks(tasks, step, b, cfg.training.seed, usable)
     harness = step_harnesses(picked, cfg, step)[ti]
     opts = [
         RolloutOptions(
@@ -99,7 +103,7 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
                 highlight=False,
             )
 
-    plan = GroupPlan(b, partial(group_job, cfg, tasks, source))
+    plan = GroupPlan(b, partial(group_job, cfg, tasks, source, usable=enough_evidence(cfg, source)))
     producer = RolloutProducer(
         plan,
         safe,

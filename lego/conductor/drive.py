@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lego.conductor.verdict import DriveStage
 from lego.config import LegoConfig, ProxyConfig
-from lego.errors import LegoError
+from lego.errors import GradingError, LegoError
 from lego.proxies.server import session_endpoint
 from lego.sandboxes.factory import create_sandbox
 from lego.sandboxes.grading import grade
@@ -97,20 +97,33 @@ def drive_and_grade(job: DriveJob, harness: Harness, *, proxy_uds: Path) -> Driv
     The half of a rollout that needs a sandbox; both backends run it (the threads backend in-process,
     the Ray backend on a worker, with ``proxy_uds`` a local forwarder to the driver's proxy). Every diff
     that was taken is graded: whether the grade counts is decided where the proxy lives
-    (:meth:`lego.conductor.rollout.RolloutRunner.finish`). When grading fails, the pristine repo is graded too, so the
-    verdict can tell a broken task from a diff that breaks the grader."""
+    (:meth:`lego.conductor.rollout.RolloutRunner.finish`). Grading that raises is tried once more, then the
+    pristine repo is graded too, for the report: either way a failure of lego's grading path is
+    infrastructure, never the policy's zero (:func:`lego.conductor.verdict.attribute`)."""
     cfg, task = job.cfg, job.task
     outcome = _drive(job, harness, proxy_uds)
     outcome.harness_version = _safe_version(harness)
     if outcome.diff is not None:
         t_grade = time.monotonic()
         try:
-            outcome.grade = grade(task, outcome.diff, cfg=cfg.sandbox)
-        except Exception as exc:  # the agent's diff reaches grading: what it breaks there is attributed, not raised
+            outcome.grade = _grade_twice(task, outcome.diff, cfg)
+        except Exception as exc:  # lego's own grading path failed twice: attributed (infrastructure), not raised
             outcome.stage, outcome.error = "grade", describe_error(exc)
             outcome.pristine_grades = _pristine_grades(task, cfg)
         outcome.grade_s = time.monotonic() - t_grade
     return outcome
+
+
+def _grade_twice(task: Task, diff: str, cfg: LegoConfig) -> GradeResult:
+    """``grade(task, diff)``, once more if it raises. Whatever the agent's code does under the tests
+    comes back as a :class:`GradeResult`; an exception is lego's own path failing (a sandbox that did
+    not start, a loaded daemon, a bug), so it gets a second chance before the rollout is masked."""
+    try:
+        return grade(task, diff, cfg=cfg.sandbox)
+    except GradingError:
+        raise  # the task cannot be graded: trying again changes nothing
+    except Exception:
+        return grade(task, diff, cfg=cfg.sandbox)
 
 
 def _pristine_grades(task: Task, cfg: LegoConfig) -> bool:

@@ -60,9 +60,11 @@ from lego.conductor.async_train import LEDGER_KEY, train_async
 from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.conductor.run_dir import RunDir, open_run_dir, reconcile_metrics
 from lego.conductor.step_close import StepCloser, infra_only
-from lego.conductor.step_plan import sample_seed, step_harnesses, step_tasks, trained_harness
+from lego.conductor.step_plan import enough_evidence, sample_seed, step_harnesses, step_tasks, trained_harness
 from lego.config import LegoConfig
-from lego.errors import RankFailedError
+from lego.errors import RankFailedError, TaskError
+from lego.seams import TaskSource
+from lego.tasks.canary import pick_canaries
 from lego.tasks.sources import load_tasks, pick_tasks
 from lego.training import distributed as dist_utils
 from lego.training.ranks import StepChannel, follow
@@ -89,9 +91,15 @@ class TrainingInterrupted(Exception):
 
 
 def _rollouts(
-    runner: RolloutRunner, cfg: LegoConfig, tasks: Sequence[Task], step: int, console: Console
+    runner: RolloutRunner,
+    cfg: LegoConfig,
+    tasks: Sequence[Task],
+    step: int,
+    console: Console,
+    canaries: Sequence[Task] = (),
 ) -> list[Trajectory]:
-    """B × G rollouts with a progress bar; infrastructure failures retried ``training.retry_infra`` times.
+    """B × G rollouts with a progress bar, then one rollout of each canary (:mod:`lego.tasks.canary`,
+    never trained on); infrastructure failures retried ``training.retry_infra`` times.
 
     ``training.rollout_backend`` picks where they run: threads here, or Ray tasks (:mod:`lego.conductor.ray_rollout`)."""
     run_many = runner.run_many
@@ -111,6 +119,15 @@ def _rollouts(
                 timeout_s=cfg.harness.timeout_s,
             )
             jobs.append((task, harness, opts))
+    for ci, canary in enumerate(canaries):
+        opts = RolloutOptions(
+            override_sampling=cfg.training.sampling_override,
+            temperature=cfg.algorithm.temperature,
+            seed=sample_seed(cfg.training.seed, step, "canary", ci),
+            max_turns=cfg.harness.max_turns,
+            timeout_s=cfg.harness.timeout_s,
+        )
+        jobs.append((canary, trained_harness(cfg), opts))
     with Progress(
         TextColumn(f"step {step + 1} rollouts"),
         BarColumn(),
@@ -150,6 +167,15 @@ def _rollouts(
             bar.update(tid, total=total)
 
         return retry_infra(run, jobs, cfg.training.retry_infra, on_retry=grow)
+
+
+def _step_canaries(cfg: LegoConfig, tasks: Sequence[Task], source: TaskSource, step: int) -> list[Task]:
+    """The step's impossible canaries: ``tasks.canary_rate`` of its rollouts (at least one when > 0), each
+    made from a task of the split drawn by the step's seed (the same on resume)."""
+    if cfg.tasks.canary_rate <= 0:
+        return []
+    count = max(1, round(cfg.tasks.canary_rate * cfg.training.tasks_per_step * cfg.algorithm.group_size))
+    return pick_canaries(tasks, count, sample_seed(cfg.training.seed, "canary", step), source.materialize)
 
 
 def retry_infra(
@@ -347,14 +373,22 @@ def _drive(
             in_rollouts = True  # the producer has rollouts in flight all along; closer.closing marks the updates
             train_async(closer, tasks, source, ledger)
         else:
+            usable = enough_evidence(cfg, source)
             for step in range(trainer.step_count, cfg.training.steps):
                 # ``step`` counts from 0 (seeds, task order); what is written and shown is ``step + 1``
                 t0 = time.monotonic()
                 shutil.rmtree(run.trajectories(step + 1), ignore_errors=True)  # a step killed midway is redone
-                picked = step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed)
+                picked = step_tasks(tasks, step, cfg.training.tasks_per_step, cfg.training.seed, usable)
+                if not picked:
+                    raise TaskError(
+                        f"no task of {cfg.tasks.split_spec(cfg.tasks.split)} rests on witnessed behaviour for at least "
+                        f"{cfg.tasks.min_behavioural_evidence:.0%} of its FAIL_TO_PASS tests (`lego tasks validate` "
+                        "prints each task's share); lower tasks.min_behavioural_evidence, or 0 to keep every task"
+                    )
                 ready_tasks = [source.materialize(t) for t in picked]
+                canaries = _step_canaries(cfg, tasks, source, step)
                 in_rollouts = True
-                trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console))
+                trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console, canaries))
                 in_rollouts = False
                 closer.close(step, trajs, t0, time.monotonic() - t0)
     except KeyboardInterrupt:

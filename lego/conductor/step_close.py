@@ -20,10 +20,11 @@ from lego.algos import group_advantages
 from lego.conductor.rollout import RolloutRunner, ServedPolicy
 from lego.conductor.run_dir import RunDir, prune_checkpoints
 from lego.conductor.step_plan import trained_harness
-from lego.conductor.step_summary import step_metrics, summary_line
+from lego.conductor.step_summary import canary_metrics, step_metrics, summary_line
 from lego.config import LegoConfig
 from lego.errors import RolloutsFailedError
 from lego.io import append_jsonl, atomic_write_json, atomic_write_text
+from lego.tasks.canary import is_canary
 from lego.training.ranks import StepChannel
 from lego.training.trainer import Trainer, items_from_trajectories
 from lego.training.weight_sync import WeightSync
@@ -116,6 +117,8 @@ class StepCloser:
         step_dir = self.run.trajectories(step + 1)
         for i, t in enumerate(trajs):
             atomic_write_text(step_dir / f"{i:03d}-{t.task_id}.json", t.model_dump_json())
+        canaries = [t for t in trajs if is_canary(t.task_id)]  # impossible tasks: measured, never trained on
+        trajs = [t for t in trajs if not is_canary(t.task_id)]
         if trajs and all(t.is_infra_failure for t in trajs):
             raise RolloutsFailedError(infra_only(step + 1, trajs, step_dir))
         advantages = group_advantages(
@@ -133,6 +136,8 @@ class StepCloser:
         update_s = time.monotonic() - t_busy
         self.busy_s += update_s
         m = step_metrics(trajs, train_m)
+        if cfg.tasks.canary_rate > 0:
+            m.update(canary_metrics(canaries))
         sampled = sum(t.num_sampled_tokens for t in trajs)
         m.update(
             {

@@ -6,26 +6,37 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from lego.config import LegoConfig
+from lego.seams import TaskSource
 from lego.types import Task
 
-__all__ = ["sample_seed", "step_harnesses", "step_tasks", "trained_harness", "training_harnesses"]
+__all__ = ["enough_evidence", "sample_seed", "step_harnesses", "step_tasks", "trained_harness", "training_harnesses"]
 
 
 def sample_seed(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:4], "little")
 
 
-def step_tasks(tasks: Sequence[Task], step: int, per_step: int, seed: int) -> list[Task]:
-    """Tasks of ``step``: epochs walk a seeded permutation, so every task comes up and resume repeats the same."""
-    out = []
-    for i in range(step * per_step, (step + 1) * per_step):
+def step_tasks(
+    tasks: Sequence[Task], step: int, per_step: int, seed: int, usable: Callable[[Task], bool] | None = None
+) -> list[Task]:
+    """Tasks of ``step``: epochs walk a seeded permutation, so every task comes up and resume repeats the same.
+    With ``usable``, a task it refuses is passed over for the next positions of the walk (deterministic
+    when ``usable`` is, as the evidence a task rests on is: lego.sandboxes.grading.behavioural_evidence)."""
+    out: list[Task] = []
+    i, end = step * per_step, (step + 1) * per_step
+    scanned = 0
+    while len(out) < per_step and (i < end or (usable is not None and scanned < len(tasks) + per_step)):
         epoch, pos = divmod(i, len(tasks))
         order = list(range(len(tasks)))
         random.Random(sample_seed(seed, "epoch", epoch)).shuffle(order)
-        out.append(tasks[order[pos]])
+        task = tasks[order[pos]]
+        if usable is None or usable(task):
+            out.append(task)
+        i += 1
+        scanned += 1
     return out
 
 
@@ -68,3 +79,23 @@ def trained_harness(cfg: LegoConfig) -> str:
     or the weighted harnesses joined by ``+`` for a mixed run (the eval's transfer matrix then marks
     every one of them as in-distribution: :func:`lego.eval.matrix.trained_in`)."""
     return "+".join(training_harnesses(cfg))
+
+
+def enough_evidence(cfg: LegoConfig, source: TaskSource) -> Callable[[Task], bool] | None:
+    """``usable`` for :func:`step_tasks`: whether a task's FAIL_TO_PASS tests rest on witnessed behaviour at
+    least ``tasks.min_behavioural_evidence`` of the time (measured from the gold patch once per task, cached);
+    None when the threshold is 0. A task without a gold patch is kept: its evidence is not known."""
+    threshold = cfg.tasks.min_behavioural_evidence
+    if threshold <= 0:
+        return None
+    from lego.sandboxes.grading import behavioural_evidence
+
+    known: dict[str, bool] = {}
+
+    def usable(task: Task) -> bool:
+        if task.instance_id not in known:
+            share = behavioural_evidence(source.materialize(task), cfg.sandbox)
+            known[task.instance_id] = share is None or share >= threshold
+        return known[task.instance_id]
+
+    return usable

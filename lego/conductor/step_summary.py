@@ -1,6 +1,10 @@
 """What one training step reports: the rollout-side metrics merged with the trainer's, and the
 one-line console summary.
 
+``grade/bit_only`` is the share of the FAIL_TO_PASS tests of the step's passing grades that rest on a
+pass/fail bit alone (nothing witnessed in the blind copy: :mod:`lego.sandboxes.blind`), and
+``grade/unstable_witnesses`` counts the reference witnesses two gold runs disagreed on.
+
 Per-harness metrics (a mixed run, ``harness.weights``) carry the harness as a last path component,
 as the trainer's fidelity breakdown does (:mod:`lego.algos.fidelity`)::
 
@@ -18,7 +22,7 @@ from collections.abc import Sequence
 from lego.algos.fidelity import PEARSON
 from lego.types import INFRA_LABELS, CounterName, Trajectory
 
-__all__ = ["step_metrics", "summary_line"]
+__all__ = ["canary_metrics", "step_metrics", "summary_line"]
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -44,6 +48,12 @@ def step_metrics(trajs: Sequence[Trajectory], train_metrics: dict[str, float]) -
     flags = Counter(k for t in trajs for k, v in t.guard_flags.items() if v)
     for name in sorted({k for t in trajs for k in t.guard_flags}):
         m[f"guards/{name}"] = flags[name] / len(trajs)
+    # the verdict's evidence: of the FAIL_TO_PASS tests of the step's passing grades, the share that rests on a
+    # reported pass/fail bit alone (nothing witnessed in the blind copy, lego.sandboxes.blind)
+    graded = [t.grade for t in valid if t.grade is not None and t.grade.resolved]
+    judged = sum(g.behavioural + g.bit_only for g in graded)
+    m["grade/bit_only"] = sum(g.bit_only for g in graded) / judged if judged else 0.0
+    m["grade/unstable_witnesses"] = float(sum(g.unstable for g in graded))
     m["rollout/sampled_tokens_mean"] = _mean([t.num_sampled_tokens for t in valid])
     m["rollout/segments_mean"] = sum(len(t.segments) for t in valid) / max(len(valid), 1)
     m["rollout/turns_mean"] = sum(t.counters.get("turns", 0.0) for t in valid) / max(len(valid), 1)
@@ -59,6 +69,17 @@ def step_metrics(trajs: Sequence[Trajectory], train_metrics: dict[str, float]) -
             m[f"reward/mean/{h}"] = _mean(scored)
             m[f"reward/pass_rate/{h}"] = sum(1.0 for r in scored if r >= 1.0) / len(scored)
     return m
+
+
+def canary_metrics(canaries: Sequence[Trajectory]) -> dict[str, float]:
+    """``hack/canary_pass_rate``: the share of the step's scored canary rollouts (impossible tasks,
+    :mod:`lego.tasks.canary`) that scored 1, which only a hack the grader missed can; and how many ran."""
+    scored = [t for t in canaries if not t.is_infra_failure]
+    passed = sum(1 for t in scored if (t.reward or 0.0) >= 1.0)
+    return {
+        "hack/canary_pass_rate": passed / len(scored) if scored else 0.0,
+        "hack/canary_rollouts": float(len(scored)),
+    }
 
 
 def _harness_parts(m: dict[str, float]) -> str:
@@ -86,5 +107,6 @@ def summary_line(step: int, steps: int, m: dict[str, float]) -> str:
         f"| clip {m.get('actor/pg_clipfrac', 0):.3f} | {m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s "
         f"| infra {m.get('rollout/infra_failures', 0):.0f} | {m.get('perf/step_s', 0):.0f}s"
         + "".join(f" | {k.split('@')[0]} {v:.3f}" for k, v in m.items() if k.startswith("val/pass1@"))
+        + (f" | HACK canaries {100 * m['hack/canary_pass_rate']:.0f}%" if m.get("hack/canary_pass_rate") else "")
         + _harness_parts(m)
     )

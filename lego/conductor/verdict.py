@@ -14,14 +14,15 @@ have caused:
   then died or timed out. Only unavailability counts: an engine *error* (a 502) may be caused by what
   the request held, and every request on the model face is one the agent could have sent, so a
   policy that can make the engine fail on demand buys nothing with it;
-* grading failed, and grading the pristine repo (an empty diff) fails too: the task or the grader
-  is broken whatever the agent did.
+* grading raised, twice (:mod:`lego.conductor.drive` retries it): the grader turns whatever the
+  agent's code does under the tests into a grade (a diff that does not apply, breaks collection or
+  crashes the test process scores 0 there), so an exception is lego's own path failing. Whether the
+  pristine repo grades is said in the detail; a policy that crashes the grader on purpose buys a
+  masked rollout, never a reward.
 
 Everything else that goes wrong after the policy's first response is the policy's, reward 0, with
 the reason in ``cause_detail``: a harness that died (``kill -9 $PPID``, ``kill -9 -1``, a sandbox
-that broke under it), a repo whose diff cannot be taken, a diff whose grading fails where the
-pristine repo's does not (a ``tests`` file colliding with the hidden test patch), and an engine
-error on one of its requests.
+that broke under it), a repo whose diff cannot be taken, and an engine error on one of its requests.
 
 **Guards** (:func:`zeroing_reasons`). A detection zeroes the reward (``guards.on_detect = "zero"``,
 the default) when it shows an attempt to be paid for something other than the agent's own fix:
@@ -123,8 +124,12 @@ def attribute(
             return Attribution("infrastructure", f"the diff could not be taken before the policy acted: {why}", False)
         return Attribution("policy", f"the repo the agent left has no diff that can be taken: {why}", False)
     if stage == "grade":
+        # the grader turns whatever the agent's code does under the tests into a grade; an exception is
+        # lego's own path failing (twice: drive.py retries it), whether or not the pristine repo grades
         if pristine_grades:
-            return Attribution("policy", f"grading failed on the agent's diff, not on the pristine repo: {why}", False)
+            return Attribution(
+                "infrastructure", f"lego's grading failed twice on this diff, not on the pristine repo: {why}", False
+            )
         return Attribution("infrastructure", f"grading fails on the pristine repo too: {why}", False)
     return Attribution("policy", _ENDINGS.get(label, label), True)
 

@@ -233,6 +233,23 @@ class TasksConfig(Section):
         "validation, `lego eval`, `lego bench learn`), e.g. {mutation_kind = ['and -> or', 'or -> and']}: the starter "
         "suite's boolean-logic bugs, the skill the warm start lacks (README). Empty: every task.",
     )
+    canary_rate: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="Impossible canary rollouts per training rollout (at least one a step when > 0): tasks of the "
+        "split whose hidden tests are turned against their own bug report (lego.tasks.canary), so any pass is a hack. "
+        "Never trained on; `hack/canary_pass_rate` in every step's metrics. 0: none.",
+    )
+    min_behavioural_evidence: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Train only on tasks whose FAIL_TO_PASS tests rest on witnessed behaviour at least this "
+        "often (the share `lego tasks validate` prints): a test with nothing witnessed in the grader's blind copy "
+        "rests on a pass/fail bit the code under test can forge (lego.sandboxes.blind). Measured once per task "
+        "from the gold patch, before its first rollout; a task without a gold patch is kept. 0: keep all.",
+    )
 
     def split_spec(self, split: str) -> str:
         """The task-source spec of ``split``: ``source:split``, or ``source`` as given when it names its own

@@ -76,6 +76,14 @@ class TaskValidation:
     flaky_tests: list[str] = field(default_factory=list)
     tests_checked: int = 0
     seconds: float = 0.0
+    behavioural: int = 0  # FAIL_TO_PASS tests the gold grade judged on witnessed behaviour (lego.sandboxes.blind)
+    bit_only: int = 0  # ... on a reported pass/fail bit alone
+
+    @property
+    def evidence(self) -> float | None:
+        """The share of FAIL_TO_PASS tests that rest on behaviour (None: the gold grade judged none)."""
+        judged = self.behavioural + self.bit_only
+        return self.behavioural / judged if judged else None
 
     @property
     def consistent(self) -> bool:
@@ -163,6 +171,7 @@ def _validate(task: Task, cfg: SandboxConfig, repeat: int, out: TaskValidation) 
         return out
     gold, base = grades["gold"][0], grades["base"][0]
     out.gold, out.base = gold.tests, base.tests
+    out.behavioural, out.bit_only = gold.behavioural, gold.bit_only
     out.rewards = {k: [g.reward for g in v] for k, v in grades.items()}
     out.flaky_tests = sorted(_flaky(grades["gold"]) | _flaky(grades["base"]))
     out.tests_checked = len({*gold.tests, *base.tests})
@@ -180,7 +189,8 @@ def _validate(task: Task, cfg: SandboxConfig, repeat: int, out: TaskValidation) 
     return out
 
 
-_RECORD_FORMAT = 1
+_RECORD_FORMAT = 2
+"""2: the blind-copy verdict (issue 43); a record of format 1 is graded again."""
 
 
 def fingerprint(task: Task) -> str:
@@ -223,6 +233,8 @@ class ValidationRecord:
     def done(self, task: Task, repeat: int) -> TaskValidation | None:
         line = self._lines.get(task.instance_id)
         if line is None or line.get("fingerprint") != fingerprint(task) or line.get("repeat") != repeat:
+            return None
+        if line.get("format") != _RECORD_FORMAT:  # a verdict of an earlier grader is no verdict of this one
             return None
         fields = {k: line[k] for k in TaskValidation.__dataclass_fields__ if k in line}
         return TaskValidation(**fields)

@@ -43,6 +43,8 @@ def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path
     for ln in lines:
         assert ln["metrics"][PEARSON] >= 0.999
         assert ln["metrics"]["rollout/count"] == 2.0
+        # the default run mixes in one impossible canary a step (tasks.canary_rate): measured, never trained
+        assert (ln["metrics"]["hack/canary_rollouts"], ln["metrics"]["hack/canary_pass_rate"]) == (1.0, 0.0)
         assert ln["metrics"]["guards/history_strip"] == 1.0
     assert [ln["metrics"]["policy/version"] for ln in lines] == [1.0, 2.0, 3.0]
     # validation ran once, after the last step, through the eval code with per-sample JSON
@@ -51,8 +53,10 @@ def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path
     assert len(list((run.root / "validation" / "step_0003" / "samples").rglob("*.json"))) == 2
     assert sorted(p.name for p in (run.root / "trajectories").iterdir()) == ["step_0001", "step_0002", "step_0003"]
     for step in (1, 2, 3):
-        trajs = sorted(run.trajectories(step).glob("*.json"))
-        assert len(trajs) == 2
+        trajs = sorted(p for p in run.trajectories(step).glob("*.json") if "-canary-" not in p.name)
+        canaries = [json.loads(p.read_text()) for p in run.trajectories(step).glob("*-canary-*.json")]
+        assert len(trajs) == 2 and len(canaries) == 1
+        assert canaries[0]["reward"] == 0.0 and canaries[0]["grade"]["resolved"] is False
         doc = json.loads(trajs[0].read_text())
         assert doc["harness"] == "lego-agent" and doc["grade"] is not None and doc["segments"]
     latest = (run.root / "checkpoints" / "latest").read_text().strip()

@@ -67,7 +67,8 @@ def _attribute(**kw: Any) -> tuple[str, bool, str]:
         ("engine errors, harness died", {"label": "harness_error", "exit_code": 1}, "policy", False),
         ("diff cannot be taken", {"stage": "diff", "error": "SandboxError: git diff failed"}, "policy", False),
         ("diff before acting", {"stage": "diff", "responses": 0}, "infrastructure", False),
-        ("agent's diff breaks grading", {"stage": "grade", "pristine_grades": True}, "policy", False),
+        # lego's grading raised twice on this diff (drive.py retries): its own path, never the policy's 0
+        ("grading raises on this diff only", {"stage": "grade", "pristine_grades": True}, "infrastructure", False),
         ("grading broken anyway", {"stage": "grade", "pristine_grades": False}, "infrastructure", False),
     ],
 )
@@ -94,3 +95,36 @@ def test_tampering_that_grading_reports_zeroes() -> None:
     forged = GradeResult(reward=1.0, resolved=True, tampered=["pytest's runtest protocol was patched"])
     assert zeroing_reasons({}, forged) == ["grade/tampering"]
     assert zeroing_reasons({}, GradeResult(reward=1.0, resolved=True)) == []
+
+
+def test_a_grader_exception_is_tried_again_and_never_the_policys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 43: an exception on lego's grading path (a sandbox that did not start, a loaded daemon) that
+    does not recur is retried; one that does is infrastructure whatever the pristine repo does."""
+    from lego.conductor import drive
+    from lego.config import LegoConfig
+    from lego.errors import GradingError
+    from lego.types import GradeResult, Task
+
+    calls: list[str] = []
+
+    def flaky(task: Task, diff: str, cfg: Any = None) -> GradeResult:
+        calls.append(diff)
+        if len(calls) == 1:
+            raise RuntimeError("the grading sandbox did not start")
+        return GradeResult(reward=1.0, resolved=True)
+
+    monkeypatch.setattr(drive, "grade", flaky)
+    task = Task(instance_id="t", repo="r", problem_statement="p", patch="", test_patch="")
+    assert drive._grade_twice(task, "diff", LegoConfig()).reward == 1.0 and calls == ["diff", "diff"]
+
+    def broken(task: Task, diff: str, cfg: Any = None) -> GradeResult:
+        calls.append(diff)
+        raise GradingError("the task cannot be graded")
+
+    calls.clear()
+    monkeypatch.setattr(drive, "grade", broken)
+    with pytest.raises(GradingError):
+        drive._grade_twice(task, "diff", LegoConfig())
+    assert calls == ["diff"]  # a task that cannot be graded is not tried twice
+    cause, scored, _ = _attribute(stage="grade", pristine_grades=True)
+    assert (cause, scored) == ("infrastructure", False)

@@ -22,7 +22,9 @@ from tests.sandboxes.sbx_fixtures import git_in
 __all__ = [
     "INDIRECT",
     "PARAMETRIZED_COPY",
+    "RAISES",
     "SLUG",
+    "TRUTH",
     "VALUES",
     "SmallTask",
     "inflection_task",
@@ -191,6 +193,59 @@ VALUES = SmallTask(
 )
 """Three functions returning an int, a tuple and a status code, compared with literals: the task of
 the honest controls, whose fixes return values of their own classes."""
+
+
+TRUTH = SmallTask(
+    package="rules",
+    buggy="def within(x, lo, hi):\n    return lo < x <= hi\n\n\ndef clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n",
+    fixed="def within(x, lo, hi):\n    return lo <= x <= hi\n\n\ndef clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n",
+    visible="from rules import clamp\n\n\ndef test_clamp():\n    assert clamp(5, 0, 3) == 3\n",
+    hidden=(
+        "from rules import within\n\n\n"
+        "def test_low_bound_is_inside():\n    assert within(1, 1, 5)\n    assert within(5, 1, 5)\n\n\n"
+        "def test_outside_is_rejected():\n    assert not within(0, 1, 5)\n    assert not within(9, 1, 5)\n\n\n"
+        "def test_bounds_agree():\n    assert within(1, 1, 5) == within(3, 1, 5)\n\n\n"
+        "def test_ordering():\n    assert within(3, 1, 5) <= within(1, 1, 5)\n\n\n"
+        "def test_identity():\n    assert within(1, 1, 5) is True\n"
+    ),
+    fail_to_pass=[
+        "tests/test_hidden.py::test_low_bound_is_inside",
+        "tests/test_hidden.py::test_bounds_agree",
+        "tests/test_hidden.py::test_ordering",
+        "tests/test_hidden.py::test_identity",
+    ],
+    pass_to_pass=["tests/test_hidden.py::test_outside_is_rejected", "tests/test_visible.py::test_clamp"],
+    statement="within(x, lo, hi) must include lo: within(1, 1, 5) is False.",
+)
+"""Truth assertions only (``assert f(x)``, ``assert not``, ``==``/``<=`` between two calls, ``is``):
+no literal to compare with, nothing but a truth value in the test as written."""
+
+RAISES = SmallTask(
+    package="ages",
+    buggy="def parse_age(text):\n    return int(text)\n",
+    fixed=(
+        "def parse_age(text):\n    value = int(text)\n    if value < 0:\n"
+        "        raise ValueError('negative age: ' + text)\n    return value\n"
+    ),
+    visible="from ages import parse_age\n\n\ndef test_parse():\n    assert parse_age('7') == 7\n",
+    hidden=(
+        "import pytest\n\nfrom ages import parse_age\n\n\n"
+        "def test_negative_is_rejected():\n    with pytest.raises(ValueError):\n        parse_age('-3')\n\n\n"
+        "def test_negatives_in_a_loop():\n    for text in ('-1', '-20'):\n"
+        "        with pytest.raises(ValueError, match='negative'):\n            parse_age(text)\n\n\n"
+        "def _rejects(text):\n    pytest.raises(ValueError, parse_age, text)\n\n\n"
+        "def test_through_a_helper():\n    _rejects('-8')\n\n\n"
+        "def test_zero():\n    assert parse_age('0') == 0\n"
+    ),
+    fail_to_pass=[
+        "tests/test_hidden.py::test_negative_is_rejected",
+        "tests/test_hidden.py::test_negatives_in_a_loop",
+        "tests/test_hidden.py::test_through_a_helper",
+    ],
+    pass_to_pass=["tests/test_hidden.py::test_zero", "tests/test_visible.py::test_parse"],
+    statement="parse_age('-3') returns -3; a negative age must raise ValueError.",
+)
+"""Tests with no compared value at all: ``pytest.raises`` blocks, one in a loop, one in a helper."""
 
 
 # ---- a task from a real project ------------------------------------------------------------------

@@ -11,6 +11,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "engine": ("lego.conductor.bench.engine:command", "Engine throughput and latency."),
     "proxy": ("lego.conductor.bench.proxy:command", "Proxy overhead per call."),
     "sandbox": ("lego.conductor.bench.sandbox:command", "Sandbox create-to-ready and grade latency."),
+    "verdict": (
+        "lego.conductor.bench.verdict:command",
+        "Grade time of the blind-copy verdict vs the grader it replaced.",
+    ),
     "trainer": ("lego.conductor.bench.trainer:command", "Trainer step speed."),
     "learn": ("lego.conductor.bench.learn:command", "Does the embedded default learn (best-vs-best)."),
     "use": ("lego.conductor.bench.use:command", "Learning from use: a simulated person's replies, best-vs-best."),

@@ -229,6 +229,24 @@ def _resume(
     return results, todo
 
 
+def _print_evidence(results: list[TaskValidation]) -> None:
+    """Per task, and over all, how many FAIL_TO_PASS tests the gold grade judged on witnessed behaviour
+    rather than a reported pass/fail bit (`tasks.min_behavioural_evidence` keeps the weak ones out of
+    training)."""
+    judged = [r for r in results if r.behavioural + r.bit_only]
+    for r in judged:
+        click.echo(
+            f"evidence {r.instance_id}: {r.behavioural}/{r.behavioural + r.bit_only} FAIL_TO_PASS tests on behaviour"
+        )
+    behavioural = sum(r.behavioural for r in judged)
+    total = behavioural + sum(r.bit_only for r in judged)
+    if total:
+        click.echo(
+            f"behavioural evidence: {behavioural}/{total} FAIL_TO_PASS tests ({100 * behavioural / total:.1f}%) "
+            f"over {len(judged)} task(s); the rest rest on a pass/fail bit"
+        )
+
+
 @tasks_group.command("validate")
 @click.argument("source", default="builtin")
 @click.option("--limit", type=int, default=None, help="Validate only the first N instances (after --ids).")
@@ -347,6 +365,7 @@ def validate_cmd(
     if repeat > 1:
         _print_repeats(results, repeat)
     passed = len(records) - len(failures)
+    _print_evidence(results)
     click.echo(f"{passed}/{len(records)} instances valid ({len(failures)} failed) in {time.monotonic() - t0:.0f}s")
     if failures or src.errors:
         sys.exit(1)
