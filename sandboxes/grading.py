@@ -142,15 +142,23 @@ def _project_meta(task: Task, sb: Sandbox, tracked: dict[str, str]) -> dict[str,
 
 
 def _argv(
-    task: Task, sb: Sandbox, names: list[str], python: str, extra: list[str], meta: dict[str, str] | None
+    task: Task,
+    sb: Sandbox,
+    names: list[str],
+    python: str,
+    extra: list[str],
+    meta: dict[str, str] | None,
+    select: dict[str, Any] | None = None,
 ) -> list[str]:
     env = task.environment
     config = {
         "repo": sb.repo_dir,
         "roots": env.import_roots if env else ["."],
-        "ids": names,
+        # a blind run is told which instances to keep by position: the ids as written spell a table's values
+        "ids": [] if select else names,
         "prelude": (_HERE / "suite_profile.py").read_text(),
         "meta": meta,
+        **(select or {}),
     }
     files = list(dict.fromkeys(test_function(n)[0] for n in names))
     plugins = [arg for p in (env.plugins if env else []) for arg in ("-p", p)]
@@ -169,8 +177,11 @@ def _run(
     names: list[str],
     limit: float,
     meta: dict[str, str] | None = None,
+    select: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One supervised test run in ``sb``: the supervisor's report (``status``, ``records``, ``output``...)."""
+    """One supervised test run in ``sb``: the supervisor's report (``status``, ``records``, ``output``...).
+    ``names`` are the expected ids (their files are the ones pytest is given); ``select`` says which
+    instances of a blind copy run (``positions`` or ``functions``; none: exactly ``names``)."""
     python, env, extra = _pytest_cmd(task)
     nonce = secrets.token_hex(16)
     plan = {
@@ -179,7 +190,7 @@ def _run(
         "test_patch": task.test_patch,
         "files": files,
         "agent_patch": agent_patch,
-        "argv": _argv(task, sb, names, python, extra, meta),
+        "argv": _argv(task, sb, names, python, extra, meta, select),
         "env": {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"},
         "timeout": max(1.0, limit - 5.0),
     }
@@ -295,9 +306,22 @@ def _prepare(task: Task, sb: Sandbox, diff: str, names: list[str]) -> _Prepared:
     return _Prepared(kept, excluded, plan, _project_meta(task, sb, tracked))
 
 
-def _blind_names(plan: BlindPlan, names: list[str]) -> list[str]:
-    """What the blind run selects: the expected tests' functions, as the blind copy names them."""
-    return list(dict.fromkeys(plan.blind_node(n) for n in names))
+def _blind_select(plan: BlindPlan, names: list[str], order: list[str] | None) -> dict[str, Any]:
+    """Which instances the blind run keeps: the expected ones, by their position among their function's
+    instances in ``order`` (every id the tests as written collect, in order); with no order, whole
+    functions."""
+    if order is None:
+        return {"functions": list(dict.fromkeys(plan.blind_node(n) for n in names))}
+    matched = match_ids(names, order)
+    positions: dict[str, list[int]] = {}
+    by_node: dict[str, list[str]] = {}
+    for nodeid in order:
+        by_node.setdefault(nodeid.split(" ", 1)[0].split("[", 1)[0], []).append(nodeid)
+    for test in names:
+        if test in matched:
+            node = matched[test].split(" ", 1)[0].split("[", 1)[0]
+            positions.setdefault(plan.blind_node(node), []).append(by_node[node].index(matched[test]))
+    return {"positions": positions}
 
 
 _REFERENCES: dict[str, Reference | None] = {}
@@ -342,26 +366,22 @@ def _reference(task: Task, cfg: SandboxConfig, names: list[str], limit: float) -
             with _REFERENCE_LOCK:
                 _REFERENCES[key] = ref
             return ref
-    ready = threading.Event()
     shared: dict[str, Any] = {}
 
-    def work(r: int, sb: Sandbox) -> dict[str, Any]:
-        if r == 0:
-            try:
-                shared["prepared"] = _prepare(task, sb, task.patch, names)
-            finally:
-                ready.set()
-        elif not ready.wait(timeout=limit):
-            raise GradingError(f"task {task.instance_id}: the first grading sandbox did not start in {limit:.0f}s")
-        if "prepared" not in shared:
-            return {"status": "skipped"}
-        prep: _Prepared = shared["prepared"]
-        if r == 0:
-            return _run(sb, task, prep.kept, {}, names, limit, prep.meta)
-        return _run(sb, task, prep.kept, prep.plan.texts, _blind_names(prep.plan, names), limit, prep.meta)
+    def as_written(_: int, sb: Sandbox) -> dict[str, Any]:
+        shared["prepared"] = prep = _prepare(task, sb, task.patch, names)
+        return _run(sb, task, prep.kept, {}, names, limit, prep.meta)
 
-    reports = _in_sandboxes(cfg, task, 3, work)
+    def blind(_: int, sb: Sandbox) -> dict[str, Any]:
+        prep: _Prepared = shared["prepared"]
+        return _run(sb, task, prep.kept, prep.plan.texts, names, limit, prep.meta, shared["select"])
+
+    # first as written (the order its instances are collected in says which blind ones to keep), then
+    # the blind copy twice side by side
+    reports = _in_sandboxes(cfg, task, 1, as_written)
     real = _records(reports[0])
+    shared["select"] = _blind_select(shared["prepared"].plan, names, real.everything or real.collected or [])
+    reports += _in_sandboxes(cfg, task, 2, blind)
     why = _ungradable(reports[0], names)
     matched = match_ids(names, real.collected or [])
     failing = [t for t in names if t in matched and real.outcome.get(matched[t]) != "passed"]
@@ -409,7 +429,7 @@ def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: f
     if not names:
         raise GradingError(f"task {task.instance_id} names no FAIL_TO_PASS/PASS_TO_PASS tests; rebuild the task")
     ref = _reference(task, cfg, names, limit)
-    reports, prep = _runs(task, diff, cfg, names, limit)
+    reports, prep = _runs(task, diff, cfg, names, limit, ref.real if ref is not None else None)
     ev = judge(
         names, prep.plan, _records(reports[0]), _records(reports[1]), ref,
         [int(r.get("exit_code", -1)) for r in reports], set(task.FAIL_TO_PASS),
@@ -436,7 +456,7 @@ def grade(task: Task, diff: str, *, cfg: SandboxConfig | None = None, timeout: f
 
 
 def _runs(
-    task: Task, diff: str, cfg: SandboxConfig, names: list[str], limit: float
+    task: Task, diff: str, cfg: SandboxConfig, names: list[str], limit: float, order: list[str] | None
 ) -> tuple[list[dict[str, Any]], _Prepared]:
     """The grade's two runs side by side: the hidden tests as written, and their blind copy."""
     ready = threading.Event()
@@ -455,7 +475,8 @@ def _runs(
         prep: _Prepared = shared["prepared"]
         if r == 0:
             return _run(sb, task, prep.kept, {}, names, limit, prep.meta)
-        return _run(sb, task, prep.kept, prep.plan.texts, _blind_names(prep.plan, names), limit, prep.meta)
+        select = _blind_select(prep.plan, names, order)
+        return _run(sb, task, prep.kept, prep.plan.texts, names, limit, prep.meta, select)
 
     reports = _in_sandboxes(cfg, task, RUNS, work)
     return reports, shared["prepared"]

@@ -62,3 +62,31 @@ def test_a_table_with_ids_made_from_its_values_is_graded(tmp_path: Path) -> None
     assert gold.reward == 1.0, gold.log
     assert not gold.tampered and gold.behavioural == 3
     assert grade(task, "").reward == 0.0
+
+
+def test_only_the_expected_rows_of_a_large_table_run(tmp_path: Path) -> None:
+    """Issue 44: a hidden file with thousands of parametrized instances runs the ones the task names, as
+    written and blind (by position), not every instance of their function."""
+    repo = tmp_path / "big"
+    for rel, text in {"shapes/__init__.py": "def add(a, b):\n    return a - b\n", "tests/__init__.py": ""}.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git_in(repo, "init", "-q")
+    git_in(repo, "add", "-A")
+    git_in(repo, "commit", "-qm", "base")
+    table = "import pytest\n\nfrom shapes import add\n\nROWS = [(i, i + 1, 2 * i + 1) for i in range(3000)]\n\n\n"
+    table += '@pytest.mark.parametrize("a, b, out", ROWS)\ndef test_add(a, b, out):\n    assert add(a, b) == out\n'
+    task = Task(
+        instance_id="bigtable",
+        repo="real/bigtable",
+        problem_statement="add returns the difference",
+        patch=_patch(repo, "shapes/__init__.py", "def add(a, b):\n    return a + b\n"),
+        test_patch=_patch(repo, "tests/test_t.py", table),
+        repo_path=str(repo),
+        FAIL_TO_PASS=["tests/test_t.py::test_add[7-8-15]", "tests/test_t.py::test_add[2999-3000-5999]"],
+        PASS_TO_PASS=[],
+    )
+    gold = grade(task, task.patch)
+    assert gold.reward == 1.0 and gold.behavioural == 2, gold.log
+    assert gold.log.count("2 passed") == 2 and "3000 passed" not in gold.log  # as written and blind
+    assert grade(task, "").reward == 0.0
