@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Protocol
 
 from lego.config import LegoConfig
-from lego.errors import ResumeError
+from lego.errors import ConfigError, ResumeError
 from lego.eval.matrix import summarize
 from lego.eval.results import EvalResults, EvalSpec, SampleKey, SampleResult, load_sample, sample_path, save_results
-from lego.io import atomic_write_json
+from lego.io import DirLock, DirLockedError, atomic_write_json
 from lego.types import Task
 
 __all__ = ["EvalJob", "SampleFn", "SampleFnFactory", "collect_samples", "run_eval", "run_evals"]
@@ -148,6 +148,29 @@ def run_evals(
     like the G rollouts of a training group, the samples in flight share their task's prompt prefix.
     Returns the results of each job, in order."""
     outs = [Path(j.out_dir) for j in jobs]
+    locks = []
+    try:  # one process an eval directory: a second `lego eval --out` into it is refused, naming the holder
+        for out in dict.fromkeys(o.resolve() for o in outs):
+            locks.append(DirLock(out, "`lego eval`"))
+    except DirLockedError as exc:
+        for lock in locks:
+            lock.release()
+        raise ConfigError(str(exc)) from None
+    try:
+        return _run_evals(jobs, outs, concurrency, infra_retries, retry_recorded_infra, on_sample)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _run_evals(
+    jobs: Sequence[EvalJob],
+    outs: list[Path],
+    concurrency: int,
+    infra_retries: int,
+    retry_recorded_infra: bool,
+    on_sample: Callable[[SampleResult], None] | None,
+) -> list[EvalResults]:
     done: list[dict[SampleKey, SampleResult]] = []
     queue: list[tuple[str, int, int, SampleKey]] = []
     for i, (job, out) in enumerate(zip(jobs, outs, strict=True)):

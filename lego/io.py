@@ -1,14 +1,24 @@
-"""Atomic file writes: a crash leaves the old file or the new one, never half of either."""
+"""Atomic file writes: a crash leaves the old file or the new one, never half of either; and the lock
+that keeps a directory to one process (:class:`DirLock`)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "read_jsonl"]
+__all__ = [
+    "DirLock",
+    "DirLockedError",
+    "append_jsonl",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "read_jsonl",
+]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -63,3 +73,38 @@ def read_jsonl(path: str | Path) -> list[Any]:
                 break
             raise
     return out
+
+
+class DirLockedError(Exception):
+    """Another process holds the directory (:class:`DirLock`); the message names it."""
+
+
+class DirLock:
+    """An exclusive lock on a directory, held while this object lives (``flock`` on ``DIR/.lock``, so the
+    kernel releases it when the holder dies, however it ends); the holder writes its pid there, so
+    whoever is refused can be told which process has it."""
+
+    NAME = ".lock"
+
+    def __init__(self, root: str | Path, what: str) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.root / self.NAME, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "?"
+            self._file.close()
+            raise DirLockedError(
+                f"{self.root} is in use by another {what} (pid {holder}); wait for it to end, stop it, or use "
+                "another directory"
+            ) from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(f"{os.getpid()}\n")
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()

@@ -63,6 +63,7 @@ from lego.conductor.step_close import StepCloser, infra_only
 from lego.conductor.step_plan import enough_evidence, sample_seed, step_harnesses, step_tasks, trained_harness
 from lego.config import LegoConfig
 from lego.errors import RankFailedError, TaskError
+from lego.io import DirLock
 from lego.seams import TaskSource
 from lego.tasks.canary import pick_canaries
 from lego.tasks.sources import load_tasks, pick_tasks
@@ -337,7 +338,9 @@ def _drive(
     except BaseException:
         # A run that never started (the model refused, the tasks missing) leaves no directory that
         # `--resume` would then mistake for a run: only what open_run_dir wrote is removed.
-        if ckpt is None and {p.name for p in run.root.iterdir()} <= {"config.toml", "metrics.jsonl"}:
+        if run.lock is not None:
+            run.lock.release()
+        if ckpt is None and {p.name for p in run.root.iterdir()} <= {"config.toml", "metrics.jsonl", DirLock.NAME}:
             shutil.rmtree(run.root, ignore_errors=True)
         raise
     weights: WeightSync | None = None
@@ -412,4 +415,6 @@ def _drive(
             _close_within(policy.close, CLOSE_WAIT_S)
         else:
             policy.close()
+        if run.lock is not None:
+            run.lock.release()  # the run directory is free for the next process (or this one's --resume)
     return run

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lego.config import LegoConfig, to_toml, validate_config
 from lego.errors import ConfigError
-from lego.io import atomic_write_text, read_jsonl
+from lego.io import DirLock, DirLockedError, atomic_write_text, read_jsonl
 from lego.training.checkpoint import check_compatible, load_latest, read_config
 
 __all__ = ["KEEP_CHECKPOINTS", "RunDir", "open_run_dir", "prune_checkpoints", "reconcile_metrics"]
@@ -29,9 +29,10 @@ KEEP_CHECKPOINTS = 2
 
 @dataclass(frozen=True)
 class RunDir:
-    """Paths inside a run directory."""
+    """Paths inside a run directory (and, from :func:`open_run_dir`, the lock that keeps it to one process)."""
 
     root: Path
+    lock: DirLock | None = field(default=None, compare=False, repr=False)
 
     @property
     def config(self) -> Path:
@@ -54,7 +55,14 @@ def open_run_dir(cfg: LegoConfig, resume: bool) -> tuple[RunDir, Path | None]:
 
     A fresh run refuses a directory that already holds one; ``--resume`` refuses a directory that
     holds none, and a config incompatible with the saved one."""
-    run = RunDir(Path(cfg.training.out_dir))
+    root = Path(cfg.training.out_dir)
+    lock = None
+    if root.is_dir() or not resume:  # one process a run directory, for its whole life (train and --resume)
+        try:
+            lock = DirLock(root, "`lego train`")
+        except DirLockedError as exc:
+            raise ConfigError(str(exc)) from None
+    run = RunDir(root, lock)
     ckpt = load_latest(run.root) if resume else None
     if resume:
         if not run.has_history():

@@ -191,3 +191,20 @@ def test_sigkill_halfway_then_rerun_equals_uninterrupted_run(tmp_path: Path) -> 
     assert len(collect_samples(out, spec)) == total
     oracle = [c for c in res["cells"] if c["policy"] == "oracle"]
     assert [c["pass1"] for c in oracle] == [1.0, 1.0, 1.0]
+
+
+def test_an_eval_directory_another_process_holds_is_refused_naming_it(tmp_path: Path) -> None:
+    """Issue 45: one process an eval directory; the lock is the kernel's, so a killed holder frees it."""
+    from lego.errors import ConfigError
+
+    hold = "from lego.io import DirLock; import sys, time; lock = DirLock(sys.argv[1], 'x'); print('held', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    spec = make_spec(n_tasks=1, samples=1)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"pid {holder.pid}"):
+            run_eval(spec, lambda k: SampleResult(key=k, passed=False), tmp_path)
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert run_eval(spec, lambda k: SampleResult(key=k, passed=True), tmp_path).cells

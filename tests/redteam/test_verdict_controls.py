@@ -157,12 +157,32 @@ HELPER_MODULE = {
     ),
 }
 
+STDLIB_REFERENCE = """
+import http
+import operator
+import statistics
+
+
+def add(a, b):
+    return operator.add(a, b)
+
+
+def midpoint(p, q):
+    return tuple(int(statistics.mean(pair)) for pair in zip(p, q))
+
+
+def status(name):
+    return {"ok": http.HTTPStatus.OK, "missing": http.HTTPStatus.NOT_FOUND}[name]
+"""
+"""A correct fix that calls the standard library's implementations (``status`` returns an IntEnum member)."""
+
 FIXES = {
     "plain": {"shapes/__init__.py": VALUES.fixed},
     "namedtuple_and_intenum": {"shapes/__init__.py": NAMEDTUPLE_INTENUM},
     "functools_wrappers": {"shapes/__init__.py": FUNCTOOLS},
     "import_time_cache": {"shapes/__init__.py": IMPORT_TIME_CACHE},
     "helper_module": HELPER_MODULE,
+    "stdlib_reference": {"shapes/__init__.py": STDLIB_REFERENCE},
 }
 
 
