@@ -14,6 +14,7 @@ and the runtime venv. The rest of the host home stays invisible.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib.metadata as md
 import os
@@ -108,17 +109,18 @@ def python_runtime() -> PythonRuntime:
     venv = root / f"python-{ver}-pytest-{pytest_ver}"
     if not (venv / "bin" / "python").exists():
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
-        try:
-            staging = tmp / "venv"
-            _build(staging, venv)
-            try:
-                os.replace(staging, venv)
-            except OSError:
-                if not (venv / "bin" / "python").exists():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        # one build at a time, across threads and processes: the first `lego train` starts every sandbox
+        # of its first step at once, and each built its own copy (15 at once, load 29 on two cores)
+        with open(root / f".{venv.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here, then find it built
+            if not (venv / "bin" / "python").exists():
+                tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
+                try:
+                    staging = tmp / "venv"
+                    _build(staging, venv)
+                    os.replace(staging, venv)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
     binds = [venv]
     base = Path(sys.base_prefix).resolve()
     if not str(base).startswith("/usr/"):

@@ -111,22 +111,27 @@ def test_resume_without_a_run_names_the_directory(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_ctrl_c_stops_within_seconds_and_says_how_to_resume(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint-inherited-ignored", "sigterm"])
+def test_ctrl_c_stops_within_seconds_and_says_how_to_resume(
+    tasks: Path, tiny_model_dir: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
     """SIGINT mid-step: the run stops launching and drops in-flight rollouts, keeps the last finished
-    step and prints how to continue; `--resume` then finishes the run."""
+    step and prints how to continue; `--resume` then finishes the run. The same for SIGTERM (what
+    `kill`, Docker and a scheduler send), and for a SIGINT the run inherited ignored (a background job
+    of a non-interactive shell), which `lego train` restores (issue 45)."""
     out = tmp_path / "run"
     overrides = [*_overrides(tasks, tiny_model_dir, out, steps=2), "harness.options={lego-agent = {max_tokens = 96}}"]
     args = [sys.executable, "-m", "lego.conductor.cli.main", "train"]
     for o in overrides:
         args += ["-o", o]
-    # SIGINT's default disposition in the child even when this test runs in a background job (a shell
-    # without job control starts those with SIGINT ignored, and Python then installs no handler).
+    # SIGINT ignored in the child, as a shell without job control starts a background job: Python then
+    # installs no handler of its own, and `lego train` must restore one
     proc = subprocess.Popen(
         args,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     deadline = time.monotonic() + 600
     try:
@@ -136,7 +141,7 @@ def test_ctrl_c_stops_within_seconds_and_says_how_to_resume(tasks: Path, tiny_mo
             time.sleep(0.1)
         assert proc.poll() is None, "the run ended before it could be interrupted"
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         stdout, _ = proc.communicate(timeout=60)
         took = time.monotonic() - t0
     finally:

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lego.conductor.cli.basic import flag_overrides, override_option
+from lego.conductor.cli.main import interrupt_like_ctrl_c
 from lego.conductor.evaluate import (
     DEFAULT_SAMPLE_FN,
     EvalPlan,
@@ -216,7 +217,18 @@ def _run_and_report(plan: EvalPlan) -> None:
             outcome = "pass" if result.passed else f"{result.termination} ({result.cause}: {result.cause_detail})"
             bar.update(tid, advance=1, last=f"{k.policy}/{k.harness}/{k.task_id}#{k.sample}: {outcome}")
 
-        results = run_plan(plan, on_sample=progress)
+        interrupt_like_ctrl_c()
+        try:
+            results = run_plan(plan, on_sample=progress)
+        except KeyboardInterrupt:
+            bar.stop()
+            saved = plan.samples_done()
+            click.echo(
+                f"interrupted: {saved} of {total} samples saved in {plan.out_dir}; run the same command again to "
+                "continue (saved samples are kept)",
+                err=True,
+            )
+            raise SystemExit(130) from None
     html = render(results, plan.out_dir)
     click.echo(markdown(results))
     click.echo(f"report: {html}", err=True)

@@ -114,6 +114,23 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
+def interrupt_like_ctrl_c() -> None:
+    """For long commands (`lego train`, `lego eval`): SIGTERM (what `kill`, Docker, systemd and a
+    scheduler's preemption send) acts as Ctrl-C, so the command saves and says how to continue; and a
+    SIGINT inherited *ignored* (a job started in the background of a non-interactive shell) is
+    restored, so `kill -INT` works. Under torchrun only rank 0 takes SIGTERM: the launcher ends the rest."""
+    import os
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if os.environ.get("RANK", "0") == "0":
+        signal.signal(signal.SIGTERM, stop)
+
+
 def invoked_as() -> str:
     """This CLI as the user started it, to print in a command they can type again: ``lego`` when that
     is what their PATH finds, the path they typed otherwise (``.venv/bin/lego`` after the README's

@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 
 from lego.conductor.cli.basic import override_option
-from lego.conductor.cli.main import invoked_as
+from lego.conductor.cli.main import interrupt_like_ctrl_c, invoked_as
 
 __all__ = ["report", "train"]
 
@@ -57,6 +57,7 @@ def train(config: str | None, resume: bool, overrides: tuple[str, ...], unsafe_n
 
     lego = invoked_as()  # as typed: `.venv/bin/lego` after the README's set-up is not on PATH
     flags = _same_flags(config, overrides) + (" --unsafe-no-isolation" if unsafe_no_isolation else "")
+    interrupt_like_ctrl_c()
     try:
         run = run_train(cfg, resume=resume)
     except RankFailedError as lost:
