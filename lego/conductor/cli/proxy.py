@@ -130,6 +130,9 @@ def proxy(
             f"--host {pcfg.host} is not a loopback address: anyone who can reach it could use the policy; "
             "pass --api-key KEY (clients send it as their API key), or bind 127.0.0.1"
         )
+    if pcfg.uds is None:
+        refuse_taken_port(pcfg.host, pcfg.port, "--port")
+    refuse_taken_port(pcfg.host, model_port, "--model-port")
     from lego.engines import build_engine
     from lego.models.chat import ChatFormat
     from lego.models.tiny import resolve_model
@@ -160,6 +163,28 @@ def _print_faces(server: ProxyServer, serving: str, model_port: int | None) -> N
         shown = "127.0.0.1" if pcfg.host in ("0.0.0.0", "") else (f"[{pcfg.host}]" if ":" in pcfg.host else pcfg.host)
         click.echo(f"  model base URL:      http://{shown}:{bound}/s/<session>/v1")
     click.echo("Ctrl-C to stop.")
+
+
+def refuse_taken_port(host: str, port: int | None, flag: str) -> None:
+    """A usage error (exit 2) when ``host:port`` is already taken, before any model loads (a 40-60 s load
+    used to end in the bind error). 0 and None ask for a free port: nothing to check."""
+    import errno
+    import socket
+
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no owner
+        try:
+            probe.bind((host or "0.0.0.0", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise click.UsageError(
+                    f"port {port} on {host or '0.0.0.0'} is in use by another process; pass {flag} with another "
+                    "port (0 picks a free one), or stop the process that holds it"
+                ) from None
+            raise click.UsageError(f"cannot listen on {host}:{port} ({exc.strerror}); check {flag}") from None
 
 
 class _Stoppable(Protocol):

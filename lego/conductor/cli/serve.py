@@ -120,6 +120,9 @@ def serve_group(
             check_serve_learn(cfg)  # before the model loads
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from exc
+    from lego.conductor.cli.proxy import refuse_taken_port
+
+    refuse_taken_port(cfg.serve.host, cfg.serve.port, "--port")  # before the model loads
     from lego.engines import build_engine
     from lego.learn.server import LearnServer
     from lego.models.chat import ChatFormat
