@@ -199,7 +199,7 @@ def plan_eval(cfg: LegoConfig, policies: list[PolicySpec], sample_fn: str = DEFA
             check_harness(name, "--harness")
         check_sandbox(cfg.sandbox.kind, cfg.sandbox.unsafe_no_isolation)
     source = ev.tasks or cfg.tasks.split_spec(cfg.tasks.eval_split)
-    tasks = load_tasks(source, cfg.tasks.where, ev.limit)
+    tasks = load_tasks(source, cfg.tasks.where, ev.limit, cfg.tasks.skip_bad_lines)
     spec = EvalSpec(
         policies=policies,
         harnesses=list(ev.harnesses),

@@ -327,7 +327,9 @@ def _drive(
     try:
         with _status(console, "loading the policy, the trainer and the tasks"):
             # records now, each repo when a step picks it: a 1000-task split costs no minute of git up front
-            tasks, source = pick_tasks(cfg.tasks.split_spec(cfg.tasks.split), cfg.tasks.where, cfg.tasks.limit)
+            tasks, source = pick_tasks(
+                cfg.tasks.split_spec(cfg.tasks.split), cfg.tasks.where, cfg.tasks.limit, cfg.tasks.skip_bad_lines
+            )
             trainer = Trainer.from_config(cfg)
             last_line = None
             if ckpt is not None:
@@ -364,7 +366,9 @@ def _drive(
         runner = RolloutRunner(cfg, policy)
         val_tasks: list[Task] = []
         if cfg.training.eval_every:
-            val_tasks = load_tasks(cfg.tasks.split_spec(cfg.tasks.eval_split), cfg.tasks.where, cfg.eval.limit)
+            val_tasks = load_tasks(
+                cfg.tasks.split_spec(cfg.tasks.eval_split), cfg.tasks.where, cfg.eval.limit, cfg.tasks.skip_bad_lines
+            )
         closer = StepCloser(
             cfg, run, trainer, weights, policy, runner, console, validate, val_tasks, version_base, on_step,
             saved_step=trainer.step_count, last_line=last_line, ranks=channel,

@@ -233,6 +233,11 @@ class TasksConfig(Section):
         "validation, `lego eval`, `lego bench learn`), e.g. {mutation_kind = ['and -> or', 'or -> and']}: the starter "
         "suite's boolean-logic bugs, the skill the warm start lacks (README). Empty: every task.",
     )
+    skip_bad_lines: bool = Field(
+        False,
+        description="Skip malformed lines of a JSONL task file (each reported) instead of stopping, before "
+        "anything runs, with the first one's file:line.",
+    )
     canary_rate: float = Field(
         0.1,
         ge=0.0,

@@ -13,8 +13,10 @@ The tasks a run uses: :func:`pick_tasks` (records, materialised later) and :func
 to run) are the one loader behind `lego train`, its validation, `lego eval` and the benches, so
 ``tasks.where`` and a limit select the same tasks in all of them.
 
-Bad input: a malformed JSONL line is reported with its line number and the reason and skipped
-(``JsonlSource.errors`` keeps every report; ``strict=True`` raises on the first instead). A task
+Bad input: a malformed JSONL line is a :class:`TaskError` naming ``file:line`` and the reason, before
+anything runs (a task file with a broken line is usually a broken export, and training on the rest
+hides it). ``skip_bad_lines=True`` (`--skip-bad-lines`, ``tasks.skip_bad_lines``) skips such lines on
+purpose instead, each reported in ``JsonlSource.errors``. A task
 whose repo is missing is still listed; :func:`require_repo` fails that one task with a clear error.
 """
 
@@ -161,7 +163,7 @@ class JsonlSource:
     """
 
     def __init__(
-        self, path: str | Path, split: str | None = None, repos_dir: str | Path | None = None, strict: bool = False
+        self, path: str | Path, split: str | None = None, repos_dir: str | Path | None = None, strict: bool = True
     ) -> None:
         self.path = Path(path)
         self.name = self.path.stem
@@ -277,7 +279,7 @@ class JsonlSource:
         raise TaskError(f"no task {instance_id!r} in {self.path}")
 
 
-def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
+def load_source(spec: str, repos_dir: str | Path | None = None, skip_bad_lines: bool = False) -> TaskSource:
     """``builtin``, ``starter``, ``boundary``, ``real`` (each optionally ``:SPLIT``), ``PATH.jsonl`` or
     ``PATH.jsonl:SPLIT``, or Harbor tasks (a directory of task directories, one task directory, or a
     ``.parquet``/JSONL index of them; ``:SPLIT`` too, see :mod:`lego.tasks.harbor`) -> a task source."""
@@ -298,7 +300,7 @@ def load_source(spec: str, repos_dir: str | Path | None = None) -> TaskSource:
             f"unknown task source {spec!r}; use builtin, starter, boundary or real (each optionally :train or "
             ":heldout), a .jsonl file or a directory of Harbor task directories"
         )
-    return JsonlSource(path, split=tail or None, repos_dir=repos_dir)
+    return JsonlSource(path, split=tail or None, repos_dir=repos_dir, strict=not skip_bad_lines)
 
 
 def select_tasks(tasks: list[Task], where: dict[str, list[str]]) -> list[Task]:
@@ -316,7 +318,7 @@ def select_tasks(tasks: list[Task], where: dict[str, list[str]]) -> list[Task]:
 
 
 def pick_tasks(
-    spec: str, where: dict[str, list[str]] | None = None, limit: int | None = None
+    spec: str, where: dict[str, list[str]] | None = None, limit: int | None = None, skip_bad_lines: bool = False
 ) -> tuple[list[Task], TaskSource]:
     """The records of ``spec`` (a :func:`load_source` spec) that ``where`` keeps, then the first ``limit``
     of them in the source's own order, and the source whose ``materialize`` makes one ready to run.
@@ -327,7 +329,7 @@ def pick_tasks(
     library's (project's) tasks together, so a small limit there covers few of them; the starter
     suites interleave their mutation kinds. Problems with the spec or ``where`` are a ConfigError."""
     try:
-        source = load_source(spec)
+        source = load_source(spec, skip_bad_lines=skip_bad_lines)
         records = select_tasks(source.records(), where or {})
     except TaskError as exc:
         raise ConfigError(f"tasks {spec!r}: {exc}") from exc
@@ -336,7 +338,9 @@ def pick_tasks(
     return (records[:limit] if limit else records), source
 
 
-def load_tasks(spec: str, where: dict[str, list[str]] | None = None, limit: int | None = None) -> list[Task]:
+def load_tasks(
+    spec: str, where: dict[str, list[str]] | None = None, limit: int | None = None, skip_bad_lines: bool = False
+) -> list[Task]:
     """:func:`pick_tasks`, each task materialised (its repo or environment ready)."""
-    records, source = pick_tasks(spec, where, limit)
+    records, source = pick_tasks(spec, where, limit, skip_bad_lines)
     return [source.materialize(t) for t in records]

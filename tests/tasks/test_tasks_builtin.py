@@ -119,7 +119,9 @@ def test_cli_list_and_show(records: list[Task]):
 
 def test_cli_list_reports_malformed_lines():
     fixture = Path(__file__).resolve().parent.parent / "fixtures" / "tasks" / "swebench_sample.jsonl"
-    out = CliRunner().invoke(tasks_group, ["list", str(fixture)])
+    refused = CliRunner().invoke(tasks_group, ["list", str(fixture)])
+    assert refused.exit_code != 0 and "swebench_sample.jsonl:3: invalid JSON" in str(refused.exception)
+    out = CliRunner().invoke(tasks_group, ["list", str(fixture), "--skip-bad-lines"])
     assert out.exit_code == 0
     assert out.output.splitlines()[0].startswith("acme__widgets-101\t")
     assert "swebench_sample.jsonl:3: invalid JSON" in out.output
@@ -130,3 +132,20 @@ def test_cli_validate_limit_without_sandbox(isolated_cache: Path):
     out = CliRunner().invoke(tasks_group, ["validate", "builtin:train", "--limit", "2", "--no-sandbox"])
     assert out.exit_code == 0, out.output
     assert "2/2 instances valid" in out.output
+
+
+def test_a_malformed_task_line_stops_train_and_validate_naming_it(tmp_path: Path) -> None:
+    """Issue 45: a bad line is exit 2 naming file:line before anything runs (it used to be skipped by
+    `lego train`, and `lego tasks validate` said "1/1 instances valid" and exited 1)."""
+    import subprocess
+    import sys
+
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "tasks" / "swebench_sample.jsonl"
+    for args in (
+        ["tasks", "validate", str(fixture), "--no-sandbox"],
+        ["train", "-o", f"tasks.source={fixture}", "-o", f"training.out_dir={tmp_path / 'run'}"],
+    ):
+        run = subprocess.run([sys.executable, "-m", "lego", *args], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 2, (args, run.stderr[-1500:])
+        assert "swebench_sample.jsonl:3: invalid JSON" in run.stderr, run.stderr[-1500:]
+    assert not (tmp_path / "run").exists()  # nothing of the run is left behind

@@ -87,12 +87,20 @@ def tasks_group() -> None:
     """SWE task instances: the built-in suites, SWE-bench-format JSONL files and Harbor task directories."""
 
 
+_SKIP_BAD_LINES = click.option(
+    "--skip-bad-lines",
+    is_flag=True,
+    help="Skip malformed lines of a JSONL task file (each reported) instead of stopping at the first.",
+)
+
+
 @tasks_group.command("list")
 @click.argument("source", default="builtin")
 @click.option("--repos-dir", type=click.Path(file_okay=False), help="Where local repos of a JSONL file live.")
-def list_cmd(source: str, repos_dir: str | None) -> None:
+@_SKIP_BAD_LINES
+def list_cmd(source: str, repos_dir: str | None, skip_bad_lines: bool) -> None:
     """One instance per line: id, split, repo, #FAIL_TO_PASS, title."""
-    src = load_source(source, repos_dir=repos_dir)
+    src = load_source(source, repos_dir=repos_dir, skip_bad_lines=skip_bad_lines)
     records = _records(src)
     for task in records:
         click.echo(f"{task.instance_id}\t{task.split or '-'}\t{task.repo}\t{len(task.FAIL_TO_PASS)}\t{_title(task)}")
@@ -291,6 +299,7 @@ def _print_evidence(results: list[TaskValidation]) -> None:
     "with the same content and --repeat are not graded again and count in the totals: a killed or sharded "
     "run resumes with the same command.",
 )
+@_SKIP_BAD_LINES
 def validate_cmd(
     source: str,
     limit: int | None,
@@ -302,6 +311,7 @@ def validate_cmd(
     repeat: int,
     no_sandbox: bool,
     record_path: str | None,
+    skip_bad_lines: bool,
 ) -> None:
     """For every instance, with the grader that trains on it: the gold answer scores 1 and the pristine repo
     does not. Prints the grader's log for every invalid task. Exit 0: all valid; 1: some invalid; 2: usage."""
@@ -312,7 +322,7 @@ def validate_cmd(
             "--no-sandbox runs the local backend without bubblewrap; it cannot go with --sandbox docker"
         )
     try:
-        src = load_source(source, repos_dir=repos_dir)
+        src = load_source(source, repos_dir=repos_dir, skip_bad_lines=skip_bad_lines)
         records = _only_ids(_records(src), ids_file)
         records = records[:limit] if limit else records
         cfgs = {
