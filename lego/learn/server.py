@@ -49,7 +49,7 @@ import httpx
 
 from lego.config import ProxyConfig, ServeConfig
 from lego.errors import ConfigError, LegoError
-from lego.io import atomic_write_json
+from lego.io import atomic_write_json, atomic_write_text
 from lego.learn.recorder import LearnRecorder
 from lego.learn.records import SessionRow
 from lego.learn.redact import Redactor
@@ -75,6 +75,20 @@ def serve_dir(cfg: ServeConfig) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, 0o700)
     return path
+
+
+_CURRENT = "serve.current"
+"""In the data dir: the directory of the `lego serve` running now, for its companions (`lego serve
+session new`, `lego feedback`...) that name no ``serve.dir``: the banner's commands work as printed."""
+
+
+def remembered_dir() -> Path | None:
+    """The directory of the `lego serve` running now (None: none runs, or it left no pointer)."""
+    try:
+        path = Path((data_dir() / _CURRENT).read_text(encoding="utf-8").strip())
+    except OSError:
+        return None
+    return path if (path / "serve.json").is_file() else None
 
 
 def open_store(cfg: ServeConfig) -> SqliteStore:
@@ -114,6 +128,7 @@ class LearnServer:
         port = self.proxy.listen_tcp(cfg.host, cfg.port)
         host = "127.0.0.1" if cfg.host in ("0.0.0.0", "") else (f"[{cfg.host}]" if ":" in cfg.host else cfg.host)
         self.model_url = f"http://{host}:{port}"
+        atomic_write_text(data_dir() / _CURRENT, f"{self.dir.resolve()}\n")
         atomic_write_json(
             self.dir / "serve.json",
             {
@@ -143,6 +158,8 @@ class LearnServer:
         self.store.end_open_sessions()  # their keys die with this process: no turn follows any more
         self.store.close()
         (self.dir / "serve.json").unlink(missing_ok=True)
+        if remembered_dir() is None:  # the pointer named this server (its serve.json is gone now)
+            (data_dir() / _CURRENT).unlink(missing_ok=True)
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None

@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+import pytest
 from click.testing import CliRunner
 
 from lego.conductor.cli.main import cli
@@ -336,3 +337,26 @@ def test_a_real_harness_configured_only_by_the_session_env_is_recorded_redacted(
     data = store_bytes(server.dir)
     for secret in (OPENAI_KEY, DB_PASSWORD, exports["OPENAI_API_KEY"]):
         assert secret.encode() not in data
+
+
+def test_the_banners_commands_find_a_server_started_with_dir(
+    tiny_engine: Any, chat_format: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: `lego serve --dir X` prints `eval "$(lego serve session new)"`; that command and
+    `lego feedback` name no directory, and find X while the server runs (not once it stopped)."""
+    from lego.config import ProxyConfig, ServeConfig
+
+    monkeypatch.setenv("LEGO_DATA_DIR", str(tmp_path / "data"))
+    engine = ScriptedEngine(tiny_engine, chat_format)
+    serve = ServeConfig(dir=str(tmp_path / "elsewhere"), port=0)
+    with LearnServer(engine, chat_format, ProxyConfig(default_max_tokens=256), serve) as server:
+        res = CliRunner().invoke(cli, ["serve", "session", "new", "--id", "banner"])
+        assert res.exit_code == 0, res.output
+        exports = dict(line.removeprefix("export ").split("=", 1) for line in res.stdout.splitlines())
+        assert exports["OPENAI_BASE_URL"] == f"{server.model_url}/v1"
+        engine.push("hi<|im_end|>")
+        oa = openai.OpenAI(base_url=exports["OPENAI_BASE_URL"], api_key=exports["OPENAI_API_KEY"], max_retries=0)
+        oa.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+        fb = CliRunner().invoke(cli, ["feedback", "banner", "+1"])
+        assert fb.exit_code == 0, fb.output
+    assert not (tmp_path / "data" / "serve.current").exists()  # a stopped server is forgotten

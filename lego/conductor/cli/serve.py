@@ -207,7 +207,18 @@ def _start_learning(cfg: LegoConfig, server: Any, engine: Any, chat_format: Any,
 
 def _serve_config(ctx: click.Context, more: dict[str, Any] | None = None) -> LegoConfig:
     config, overrides, flags = ctx.obj["config"]
-    return _config(config, overrides, {**flags, **(more or {})})
+    return _remembered(_config(config, overrides, {**flags, **(more or {})}))
+
+
+def _remembered(cfg: LegoConfig) -> LegoConfig:
+    """``cfg`` with the running `lego serve`'s directory when it names none (`lego serve --dir X` prints
+    companions' commands without ``--dir``: they find X here)."""
+    from lego.learn.server import remembered_dir
+
+    running = remembered_dir() if cfg.serve.dir is None else None
+    if running is None:
+        return cfg
+    return cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"dir": str(running)})})
 
 
 @serve_group.group("session")
@@ -504,7 +515,7 @@ def feedback(session_id: str, args: tuple[str, ...], config: str | None, directo
     from lego.learn.server import open_store
 
     turn, score, text = _parse_feedback(args)
-    cfg = _config(config, (), {"serve.dir": directory})
+    cfg = _remembered(_config(config, (), {"serve.dir": directory}))
     store = open_store(cfg.serve)
     try:
         fb = store.add_feedback(session_id, turn, score, Redactor(cfg.serve.redact_literals).redact(text)[0])
