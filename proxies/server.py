@@ -49,6 +49,7 @@ from starlette.applications import Starlette
 from lego.config import ProxyConfig
 from lego.errors import ConfigError
 from lego.io import atomic_write_json
+from lego.paths import owned_tmpdir
 from lego.proxies.app import build_app
 from lego.proxies.service import ChatFormatLike, ProxyService, takes_answer
 from lego.proxies.turns import TurnSink
@@ -161,7 +162,7 @@ class ProxyServer:
             sock = self._server.servers[0].sockets[0]
             self._port = int(sock.getsockname()[1])
         if self._model_uds_arg is None:
-            self._model_tmp = tempfile.mkdtemp(prefix="lego-model-")
+            self._model_tmp = str(owned_tmpdir("lego-model-"))  # removed by stop(), at exit, or by the next sweep
             path = str(Path(self._model_tmp) / "model.sock")
         else:
             path = self._model_uds_arg

@@ -8,7 +8,7 @@ proxy session each rollout opens).
 from __future__ import annotations
 
 import asyncio
-import tempfile
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from lego.config import EngineConfig, ProxyConfig
 from lego.engines import build_engine
 from lego.engines.metered import MeteredEngine
 from lego.models.chat import ChatFormat
+from lego.paths import owned_tmpdir
 from lego.proxies.server import ProxyServer
 from lego.seams import Engine
 
@@ -40,7 +41,7 @@ class ServedPolicy:
     """The proxy's view of ``engine``: how long it had generations in flight (``perf/engine_busy``)."""
     owns_engine: bool = True
     """:meth:`close` closes the engine too (not when someone else serves it: :meth:`around`)."""
-    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+    _tmp: Path | None = field(default=None, repr=False)
 
     @classmethod
     def start(cls, engine_cfg: EngineConfig, proxy_cfg: ProxyConfig, name: str = "policy") -> ServedPolicy:
@@ -51,10 +52,10 @@ class ServedPolicy:
         chat = ChatFormat.from_pretrained(model_path, engine_cfg.chat_template, engine_cfg.tool_parser)
         engine = build_engine(engine_cfg)
         meter = MeteredEngine(engine)
-        tmp = tempfile.TemporaryDirectory(prefix="lego-proxy-")
+        tmp = owned_tmpdir("lego-proxy-")
         # Strict: rollouts open every session explicitly, so a request naming any other is a bug or an
         # attack, answered 404 rather than recorded into a session of its own making.
-        cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock"), "strict_sessions": True})
+        cfg = proxy_cfg.model_copy(update={"uds": str(tmp / "proxy.sock"), "strict_sessions": True})
         proxy = ProxyServer(meter, chat, cfg)
         proxy.start()
         return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=model_path, meter=meter, _tmp=tmp)
@@ -63,8 +64,8 @@ class ServedPolicy:
     def around(cls, engine: Engine, chat: ChatFormat, proxy_cfg: ProxyConfig, name: str = "policy") -> ServedPolicy:
         """A recording proxy of its own in front of an engine that is served and closed elsewhere (`lego
         serve --learn`'s held-out check samples the weights it serves): :meth:`close` stops the proxy only."""
-        tmp = tempfile.TemporaryDirectory(prefix="lego-proxy-")
-        cfg = proxy_cfg.model_copy(update={"uds": str(Path(tmp.name) / "proxy.sock"), "strict_sessions": True})
+        tmp = owned_tmpdir("lego-proxy-")
+        cfg = proxy_cfg.model_copy(update={"uds": str(tmp / "proxy.sock"), "strict_sessions": True})
         proxy = ProxyServer(engine, chat, cfg)
         proxy.start()
         return cls(name=name, engine=engine, chat=chat, proxy=proxy, model_path=None, owns_engine=False, _tmp=tmp)
@@ -79,4 +80,4 @@ class ServedPolicy:
         if self.owns_engine:
             asyncio.run(self.engine.close())
         if self._tmp is not None:
-            self._tmp.cleanup()
+            shutil.rmtree(self._tmp, ignore_errors=True)
