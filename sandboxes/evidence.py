@@ -415,9 +415,11 @@ def judge(
         name = ("as written", "blind")[r]
         if not run.started:
             ev.ungradable.append(f"{name} run: the test process sent no records (it died before pytest started)")
-        if run.collect_errors:
+        # the blind run's collection and exit are judged against the reference's, test by test
+        # (_behaviour): a copy the gold patch cannot collect either costs evidence, never a grade
+        if r == 0 and run.collect_errors:
             ev.ungradable.append(f"{name} run: collection errors: " + " | ".join(run.collect_errors)[:2000])
-        if run.exitstatus not in (0, 1) or exit_codes[r] not in (0, 1):
+        if r == 0 and (run.exitstatus not in (0, 1) or exit_codes[r] not in (0, 1)):
             ev.ungradable.append(f"{name} run: pytest exited {exit_codes[r]} (status {run.exitstatus})")
         if run.malformed:
             ev.failures.append(f"{name} run: malformed records, e.g. {run.malformed[0]!r}")

@@ -102,7 +102,11 @@ def _test_files(task: Task, sb: Sandbox, tracked: dict[str, str], names: list[st
     from the pristine grading sandbox (image tasks have their repo only there) and patched on the host."""
     hidden = {p for fp in split_diff(task.test_patch) for p in fp.paths[-1:] if p.endswith(".py")}
     named = {test_function(n)[0] for n in names if test_function(n)[0].endswith(".py")}
-    wanted = sorted(hidden | (named & set(tracked)))
+    # and the modules beside them (a mixin class in tests/__init__.py, a helper that asserts): the checks
+    # an expected test runs may live there, and a check left as written shows the graded process its answer
+    dirs = {str(Path(p).parent) for p in hidden | named}
+    siblings = {p for p in tracked if p.endswith(".py") and str(Path(p).parent) in dirs}
+    wanted = sorted(hidden | ((named | siblings) & set(tracked)))
     if not wanted:
         return {}
     with tempfile.TemporaryDirectory(prefix="lego-hidden-") as tmp:
