@@ -195,7 +195,9 @@ def _run(
         "files": files,
         "agent_patch": agent_patch,
         "argv": _argv(task, sb, names, python, extra, meta, select),
-        "env": {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+        # one hash seed for every run: a list made from a set of strings comes out in one order in the
+        # gold patch's runs and the agent's (the random module is seeded per test by the bootstrap)
+        "env": {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"},
         "timeout": max(1.0, limit - 5.0),
     }
     supervisor = (_HERE / "grade_supervisor.py").read_text()

@@ -82,4 +82,7 @@ def train_overrides(tasks: Path, model: Path, out: Path, steps: int) -> list[str
         "harness.max_turns=2",
         "harness.options={lego-agent = {max_tokens = 24}}",
         "training.lr=1e-3",
+        # the short runs built on these count their rollouts and trajectories: no canary among them
+        # (test_train_writes_a_faithful_run turns the default's back on)
+        "tasks.canary_rate=0",
     ]

@@ -36,6 +36,7 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_train_writes_a_faithful_run(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     validation = ["training.eval_every=3", "tasks.eval_split=train", "eval.limit=1", "eval.samples=2"]
+    validation.append("tasks.canary_rate=0.1")  # the default's: one canary a step here (the shared overrides set 0)
     cfg = load_config(None, [*_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=3), *validation])
     run = train(cfg)
     lines = read_jsonl(run.metrics)
