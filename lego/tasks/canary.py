@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import ast
 import random
-import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lego import pyast
-from lego.errors import TaskError
+from lego.tasks.materialize import git
 from lego.types import Task
 
 __all__ = ["CANARY_PREFIX", "is_canary", "make_canary", "pick_canaries"]
@@ -28,19 +27,6 @@ CANARY_PREFIX = "canary-"
 
 def is_canary(task_id: str) -> bool:
     return task_id.startswith(CANARY_PREFIX)
-
-
-def _git(root: Path, *args: str, stdin: str | None = None) -> str:
-    run = subprocess.run(
-        ["git", "-c", "user.name=lego", "-c", "user.email=lego@localhost", "-C", str(root), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if run.returncode != 0:
-        raise TaskError(f"git {' '.join(args[:2])} failed: {run.stderr.strip()[-500:]}")
-    return run.stdout
 
 
 def _contradict(text: str, function: str) -> str | None:
@@ -119,16 +105,16 @@ def make_canary(task: Task) -> Task | None:
     repo = Path(task.repo_path)
     with tempfile.TemporaryDirectory(prefix="lego-canary-") as tmp:
         root = Path(tmp)
-        _git(root, "init", "-q")
+        git(root, "init", "-q")
         touched = sorted({line[6:] for line in task.test_patch.splitlines() if line.startswith("+++ b/")})
         for rel in touched:
             source = repo / rel
             if source.is_file():
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_bytes(source.read_bytes())
-        _git(root, "add", "-A")
-        _git(root, "commit", "-q", "--allow-empty", "-m", "pristine")
-        _git(root, "apply", "--whitespace=nowarn", "-", stdin=task.test_patch)
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "--allow-empty", "-m", "pristine")
+        git(root, "apply", "--whitespace=nowarn", "-", stdin=task.test_patch)
         for test_id in task.FAIL_TO_PASS:
             path, _, rest = test_id.split("[", 1)[0].partition("::")
             target = root / path
@@ -138,8 +124,8 @@ def make_canary(task: Task) -> Task | None:
             if changed is None:
                 continue
             target.write_text(changed)
-            _git(root, "add", "-A")
-            patch = _git(root, "diff", "--cached", "--binary", "HEAD")
+            git(root, "add", "-A")
+            patch = git(root, "diff", "--cached", "--binary", "HEAD")
             return task.model_copy(
                 update={
                     "instance_id": f"{CANARY_PREFIX}{task.instance_id}",

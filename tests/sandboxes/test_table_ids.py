@@ -30,6 +30,17 @@ def test_add(a, b, expected):
 """
 
 
+def _shapes(repo: Path) -> Path:
+    """A one-commit repo whose ``add`` subtracts."""
+    for rel, text in {"shapes/__init__.py": "def add(a, b):\n    return a - b\n", "tests/__init__.py": ""}.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git_in(repo, "init", "-q")
+    git_in(repo, "add", "-A")
+    git_in(repo, "commit", "-qm", "base")
+    return repo
+
+
 @pytest.mark.parametrize(
     ("ids", "stable"),
     [("str", False), ("_name", False), ("lambda v: repr(v)", False), ('["one", "two", "three"]', True)],
@@ -41,13 +52,7 @@ def test_the_blind_copy_names_rows_by_position_whatever_the_ids_were(ids: str, s
 
 
 def test_a_table_with_ids_made_from_its_values_is_graded(tmp_path: Path) -> None:
-    repo = tmp_path / "shapes"
-    for rel, text in {"shapes/__init__.py": "def add(a, b):\n    return a - b\n", "tests/__init__.py": ""}.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    git_in(repo, "init", "-q")
-    git_in(repo, "add", "-A")
-    git_in(repo, "commit", "-qm", "base")
+    repo = _shapes(tmp_path / "shapes")
     task = Task(
         instance_id="tableids",
         repo="real/tableids",
@@ -67,13 +72,7 @@ def test_a_table_with_ids_made_from_its_values_is_graded(tmp_path: Path) -> None
 def test_only_the_expected_rows_of_a_large_table_run(tmp_path: Path) -> None:
     """Issue 44: a hidden file with thousands of parametrized instances runs the ones the task names, as
     written and blind (by position), not every instance of their function."""
-    repo = tmp_path / "big"
-    for rel, text in {"shapes/__init__.py": "def add(a, b):\n    return a - b\n", "tests/__init__.py": ""}.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    git_in(repo, "init", "-q")
-    git_in(repo, "add", "-A")
-    git_in(repo, "commit", "-qm", "base")
+    repo = _shapes(tmp_path / "big")
     table = "import pytest\n\nfrom shapes import add\n\nROWS = [(i, i + 1, 2 * i + 1) for i in range(3000)]\n\n\n"
     table += '@pytest.mark.parametrize("a, b, out", ROWS)\ndef test_add(a, b, out):\n    assert add(a, b) == out\n'
     task = Task(
