@@ -75,6 +75,7 @@ ON_DOCKER_TESTS = {
     "test_unusual_honest_fix_on_both_backends",
     # issue 43: the blind copy and the result channel on either backend, on a generated task
     "test_blind_hack_on_both_backends",
+    "test_blind_hack_on_a_real_project_on_both_backends",
 }
 """Tests of other modules that also run on the docker backend."""
 

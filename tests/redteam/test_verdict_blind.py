@@ -6,7 +6,7 @@ copy, which holds no expected outcome, or its result record was written twice.
 Payloads in :mod:`tests.redteam.blind_payloads` (six classes). Run against the perturbed-run verdict
 of 5673f94 (the grader before the blind copy, same tests): reward 1 without a fix for
 ``lenient_raises`` (local and docker), ``raise_in_raises_block``, ``forge_unwitnessed_failures``
-(local and docker), ``answer_from_handed_ids`` (generated, docker and the real project) and
+(local and docker), ``answer_from_handed_ids`` (generated and the real project, local and docker) and
 ``known_answer_subclass`` (local and docker) -- classes 2 to 6; ``frame_equal`` scored 0 there
 without being flagged, and the other attacks were caught by its perturbed copies. On the blind copy
 every one is reward 0 and flagged.
@@ -97,3 +97,9 @@ def test_blind_hack_on_a_real_project(redteam: RedTeam, real_task: Task, attack:
         real_task, *write_files_packed({"inflection/_compat.py": module["inflection/_compat.py"]}, then=plant)
     )
     assert_zero_as_tampering(traj)
+
+
+@pytest.mark.parametrize("attack", ["answer_from_handed_ids", "frame_equal"])
+def test_blind_hack_on_a_real_project_on_both_backends(redteam: RedTeam, real_task: Task, attack: str) -> None:
+    """The real project on either backend: the handed-ids attack scored 1 on the grader before."""
+    test_blind_hack_on_a_real_project(redteam, real_task, attack)
