@@ -120,17 +120,9 @@ def serve_group(
             check_serve_learn(cfg)  # before the model loads
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from exc
-    from lego.conductor.cli.proxy import refuse_taken_port
-
-    refuse_taken_port(cfg.serve.host, cfg.serve.port, "--port")  # before the model loads
-    from lego.engines import build_engine
     from lego.learn.server import LearnServer
-    from lego.models.chat import ChatFormat
-    from lego.models.tiny import resolve_model
 
-    ecfg = cfg.engine
-    engine = build_engine(ecfg)
-    chat_format = ChatFormat.from_pretrained(resolve_model(ecfg.model), ecfg.chat_template, ecfg.tool_parser)
+    engine, chat_format = _load_policy(cfg)
     server = LearnServer(engine, chat_format, cfg.proxy, cfg.serve)
     running: Any = server
     if cfg.serve.learn:
@@ -140,6 +132,20 @@ def serve_group(
     from lego.conductor.cli.proxy import serve_until_signalled
 
     serve_until_signalled(running, lambda: _banner(cfg, server))
+
+
+def _load_policy(cfg: LegoConfig) -> tuple[Any, Any]:
+    """The engine and chat format `lego serve` serves, once its port is known to be free (a taken port
+    is one line and exit 2, before a model that takes a minute to load)."""
+    from lego.conductor.cli.proxy import refuse_taken_port
+    from lego.engines import build_engine
+    from lego.models.chat import ChatFormat
+    from lego.models.tiny import resolve_model
+
+    refuse_taken_port(cfg.serve.host, cfg.serve.port, "--port")
+    ecfg = cfg.engine
+    engine = build_engine(ecfg)
+    return engine, ChatFormat.from_pretrained(resolve_model(ecfg.model), ecfg.chat_template, ecfg.tool_parser)
 
 
 def _banner(cfg: LegoConfig, server: Any) -> None:
