@@ -4,8 +4,8 @@ Payloads in the form of :mod:`tests.redteam.verdict_payloads` (a ``_compat`` mod
 test imports on its last line; ``TARGET_MODULE`` / ``TARGET_FUNC`` prepended; :data:`PRELUDE` helpers).
 Six classes, each written against the perturbed-run verdict of commit 5673f94:
 
-1. truth assertions: an answer chosen by the negation in the caller's source line, a value whose
-   comparisons say yes when a test frame asks;
+1. truth assertions: an answer chosen by the negation in the caller's source line, or by the test's
+   name, a value whose comparisons say yes when a test frame asks;
 2. tests with no witnessed assertion: the expected exception raised only inside a ``raises`` block,
    ``pytest.raises`` made lenient, the test bodies blanked;
 3. the result channel: "passed" records appended at exit;
@@ -231,6 +231,21 @@ def _make(orig):
                 except (ValueError, SyntaxError):
                     return params[len(want):]
         return orig(*args, **kwargs)
+    return answer
+
+
+if _under_grader():
+    _wrap(_make)
+""",
+    # 1 + 4: the truth a test expects, read from its name ("..._is_rejected" wants False), never from the
+    # assertion's line: a copy that negates the assertion then fails with the true value witnessed
+    "truth_by_test_name": r"""
+def _make(orig):
+    def answer(*args, **kwargs):
+        frame = _test_frame()
+        if frame is None:
+            return orig(*args, **kwargs)
+        return not re.search(r"reject|outside|exclude|not_|false|never", frame.f_code.co_name)
     return answer
 
 

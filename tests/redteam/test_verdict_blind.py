@@ -5,9 +5,10 @@ copy, which holds no expected outcome, or its result record was written twice.
 
 Payloads in :mod:`tests.redteam.blind_payloads` (six classes). Run against the perturbed-run verdict
 of 5673f94 (the grader before the blind copy, same tests): reward 1 without a fix for
-``lenient_raises`` (local and docker), ``raise_in_raises_block``, ``forge_unwitnessed_failures``
+``lenient_raises`` (local and docker), ``truth_by_test_name`` (truth assertions: the expected truth read from the test's
+name, so the copy that negated an assertion failed with the true value witnessed), ``raise_in_raises_block``, ``forge_unwitnessed_failures``
 (local and docker), ``answer_from_handed_ids`` (generated and the real project, local and docker) and
-``known_answer_subclass`` (local and docker) -- classes 2 to 6; ``frame_equal`` scored 0 there
+``known_answer_subclass`` (local and docker) -- all six classes; ``frame_equal`` scored 0 there
 without being flagged, and the other attacks were caught by its perturbed copies. On the blind copy
 every one is reward 0 and flagged.
 The tasks have the shapes each class needs (:mod:`tests.redteam.verdict_tasks`); the real-project
@@ -28,6 +29,7 @@ SPECS = {"truth": (TRUTH, "within"), "raises": (RAISES, "parse_age"), "indirect"
 CASES = {
     "truth_by_negation": "truth",
     "frame_equal": "truth",
+    "truth_by_test_name": "truth",
     "raise_in_raises_block": "raises",
     "lenient_raises": "raises",
     "blank_tests": "raises",
