@@ -97,6 +97,18 @@ def _pytest_cmd(task: Task) -> tuple[str, dict[str, str], list[str]]:
     )
 
 
+def _test_module(path: str) -> bool:
+    """Whether ``path`` is test code by its name: a test module, a conftest, or a module of a test directory."""
+    parts = Path(path).parts
+    name = parts[-1]
+    return (
+        name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+        or any(p in ("test", "tests", "testing") for p in parts[:-1])
+    )
+
+
 def _test_files(task: Task, sb: Sandbox, tracked: dict[str, str], names: list[str]) -> dict[str, str]:
     """The ``.py`` files holding the expected tests, as they read after the hidden ``test_patch``: read
     from the pristine grading sandbox (image tasks have their repo only there) and patched on the host."""
@@ -106,7 +118,9 @@ def _test_files(task: Task, sb: Sandbox, tracked: dict[str, str], names: list[st
     # an expected test runs may live there, and a check left as written shows the graded process its answer
     dirs = {str(Path(p).parent) for p in hidden | named}
     siblings = {p for p in tracked if p.endswith(".py") and str(Path(p).parent) in dirs}
-    wanted = sorted(hidden | ((named | siblings) & set(tracked)))
+    # never a module of the code under test (a doctest id names one: iso8601/iso8601.py): the agent's
+    # diff applies to it as written
+    wanted = sorted(hidden | {p for p in (named | siblings) & set(tracked) if _test_module(p)})
     if not wanted:
         return {}
     with tempfile.TemporaryDirectory(prefix="lego-hidden-") as tmp:
@@ -333,7 +347,7 @@ def _blind_select(plan: BlindPlan, names: list[str], order: list[str] | None) ->
 _REFERENCES: dict[str, Reference | None] = {}
 _REFERENCE_LOCK = threading.Lock()
 _VERSION = hashlib.sha256(
-    b"".join((_HERE / f).read_bytes() for f in ("blind.py", "grade_bootstrap.py", "evidence.py", "grade_supervisor.py"))
+    b"".join((_HERE / f).read_bytes() for f in ("blind.py", "grade_bootstrap.py", "evidence.py", "grade_supervisor.py", "grading.py"))
 ).hexdigest()[:12]
 
 

@@ -99,11 +99,11 @@ def test_an_invalid_task_prints_the_graders_log(tmp_path: Path, isolated_cache: 
     tasks = write_jsonl(tmp_path / "mine.jsonl", wrong)
     out = CliRunner().invoke(tasks_group, ["validate", str(tasks), "--no-sandbox"])
     assert out.exit_code == 1, out.output
-    assert (
-        "FAIL me__shapes-1 [local]: gold: 1 test(s) not passing, e.g. tests/test_size.py::test_area (failed)"
-        in out.output
-    )
-    assert "--- gold grade ---" in out.output and "assert -1 == 6" in out.output  # pytest's own words
+    # the grader finds it building the task's reference: a gold patch that fails the tests as written
+    # makes the task ungradable (issue 43), with the run's log
+    assert "FAIL me__shapes-1 [local]: GradingError: task me__shapes-1 cannot be graded: the gold patch" in out.output
+    assert "tests/test_size.py::test_area" in out.output
+    assert "assert -1 == 6" in out.output  # pytest's own words
 
 
 def test_repeat_reports_consistency_and_the_flaky_rate(tmp_path: Path, isolated_cache: Path):
