@@ -171,7 +171,8 @@ def test_record_keeps_each_verdict_and_a_rerun_resumes(tmp_path: Path, isolated_
     assert "0/2 instances valid (2 failed)" in edited.output
     newest = [json.loads(line) for line in rec.read_text().splitlines()[-2:]]
     assert [(x["instance_id"], x["ok"]) for x in newest] == [("me__shapes-1", False), ("me__shapes-2", False)]
-    assert newest[0]["gold"] == {"tests/test_size.py::test_area": "failed", "tests/test_size.py::test_square": "passed"}
+    # the edited gold patch fails the tests as written: the grader says the task cannot be graded, naming the test
+    assert newest[0]["reason"].startswith("GradingError") and "tests/test_size.py::test_area" in newest[0]["reason"]
 
     twice = CliRunner().invoke(tasks_group, [*args, "--repeat", "2"])
     assert "0 of 2 task(s) already validated with --repeat 2, 2 to go" in twice.output
