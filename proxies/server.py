@@ -37,7 +37,6 @@ import ipaddress
 import logging
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
