@@ -60,7 +60,14 @@ from lego.conductor.async_train import LEDGER_KEY, train_async
 from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.conductor.run_dir import RunDir, open_run_dir, reconcile_metrics
 from lego.conductor.step_close import StepCloser, infra_only
-from lego.conductor.step_plan import enough_evidence, sample_seed, step_harnesses, step_tasks, trained_harness
+from lego.conductor.step_plan import (
+    enough_evidence,
+    sample_seed,
+    step_harnesses,
+    step_tasks,
+    trained_harness,
+    training_harnesses,
+)
 from lego.config import LegoConfig
 from lego.errors import RankFailedError, TaskError
 from lego.io import DirLock
@@ -128,7 +135,8 @@ def _rollouts(
             max_turns=cfg.harness.max_turns,
             timeout_s=cfg.harness.timeout_s,
         )
-        jobs.append((canary, trained_harness(cfg), opts))
+        harnesses = training_harnesses(cfg)  # a mixed run's canaries take its harnesses in turn
+        jobs.append((canary, harnesses[ci % len(harnesses)], opts))
     with Progress(
         TextColumn(f"step {step + 1} rollouts"),
         BarColumn(),
