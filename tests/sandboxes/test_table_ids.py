@@ -12,7 +12,7 @@ import pytest
 from lego.sandboxes.blind import blind_copy
 from lego.sandboxes.grading import grade
 from lego.types import Task
-from tests.sandboxes.sbx_fixtures import _patch, git_in
+from tests.sandboxes.sbx_fixtures import _patch, commit_tree
 
 TABLE = """\
 import pytest
@@ -32,13 +32,7 @@ def test_add(a, b, expected):
 
 def _shapes(repo: Path) -> Path:
     """A one-commit repo whose ``add`` subtracts."""
-    for rel, text in {"shapes/__init__.py": "def add(a, b):\n    return a - b\n", "tests/__init__.py": ""}.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    git_in(repo, "init", "-q")
-    git_in(repo, "add", "-A")
-    git_in(repo, "commit", "-qm", "base")
-    return repo
+    return commit_tree(repo, {"shapes/__init__.py": "def add(a, b):\n    return a - b\n", "tests/__init__.py": ""})
 
 
 @pytest.mark.parametrize(
