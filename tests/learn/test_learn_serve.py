@@ -249,12 +249,17 @@ def test_export_and_purge_from_the_cli(served: Any, tmp_path: Path, store_bytes:
     assert list(store_of(server).iter_turns()) == []
 
 
+def _exports(stdout: str) -> dict[str, str]:
+    """The variables `lego serve session new` prints as `export NAME=VALUE` lines."""
+    return dict(line.removeprefix("export ").split("=", 1) for line in stdout.splitlines())
+
+
 def test_session_new_and_end_from_the_cli(served: Any) -> None:
     server, engine, _ = served
     d = ["--dir", str(server.dir)]
     res = CliRunner().invoke(cli, ["serve", *d, "session", "new", "--id", "mine", "--label", "cli"])
     assert res.exit_code == 0, res.output
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in res.stdout.splitlines())
+    exports = _exports(res.stdout)
     assert exports["OPENAI_BASE_URL"] == f"{server.model_url}/v1"
     engine.push("hello<|im_end|>")
     oa = openai.OpenAI(base_url=exports["OPENAI_BASE_URL"], api_key=exports["OPENAI_API_KEY"], max_retries=0)
@@ -310,7 +315,7 @@ def test_a_real_harness_configured_only_by_the_session_env_is_recorded_redacted(
     server, engine, _ = served
     res = CliRunner().invoke(cli, ["serve", "--dir", str(server.dir), "session", "new", "--id", "agent"])
     assert res.exit_code == 0, res.output
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in res.stdout.splitlines())
+    exports = _exports(res.stdout)
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / ".env").write_text(DOTENV)
@@ -352,7 +357,7 @@ def test_the_banners_commands_find_a_server_started_with_dir(
     with LearnServer(engine, chat_format, ProxyConfig(default_max_tokens=256), serve) as server:
         res = CliRunner().invoke(cli, ["serve", "session", "new", "--id", "banner"])
         assert res.exit_code == 0, res.output
-        exports = dict(line.removeprefix("export ").split("=", 1) for line in res.stdout.splitlines())
+        exports = _exports(res.stdout)
         assert exports["OPENAI_BASE_URL"] == f"{server.model_url}/v1"
         engine.push("hi<|im_end|>")
         oa = openai.OpenAI(base_url=exports["OPENAI_BASE_URL"], api_key=exports["OPENAI_API_KEY"], max_retries=0)
