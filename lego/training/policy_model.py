@@ -58,17 +58,29 @@ def wrap_lora(model: torch.nn.Module, cfg: TrainingConfig, model_dir: Path) -> t
         lora_alpha=cfg.lora_alpha,  # type: ignore[arg-type]  # peft accepts floats
         lora_dropout=0.0,
         target_modules="all-linear",
-        modules_to_save=list(cfg.lora_modules_to_save) or None,
+        modules_to_save=modules_to_save(model, cfg.lora_modules_to_save, model_dir) or None,
         task_type="CAUSAL_LM",
     )
-    names = {n for n, _ in model.named_modules()}
-    for wanted in cfg.lora_modules_to_save:
-        if not any(n.endswith(wanted) for n in names):  # peft's rule: a plain name-suffix match
+    return get_peft_model(model, lora)  # type: ignore[arg-type, no-any-return]
+
+
+def modules_to_save(model: torch.nn.Module, wanted: list[str], model_dir: Path) -> list[str]:
+    """The full module names ``training.lora_modules_to_save`` means: every module whose name ends
+    with one of ``wanted`` (a plain suffix, so 'norm' is q_norm and input_layernorm too), outermost
+    only. peft is handed these exact names, not the suffixes: its own matching rule changed between
+    releases (0.22 matches whole dotted components), and the set trained must not follow the
+    installed version."""
+    names = [n for n, _ in model.named_modules() if n]
+    chosen: list[str] = []
+    for suffix in wanted:
+        hits = [n for n in names if n.endswith(suffix)]
+        if not hits:
             raise ModelError(
-                f"training.lora_modules_to_save: no module name ends with {wanted!r} in {model_dir}; "
+                f"training.lora_modules_to_save: no module name ends with {suffix!r} in {model_dir}; "
                 "give a name suffix, e.g. 'norm' (every RMSNorm of a Qwen3/Llama model) or 'model.norm' (the final one)"
             )
-    return get_peft_model(model, lora)  # type: ignore[arg-type, no-any-return]
+        chosen += [n for n in hits if n not in chosen]
+    return [n for n in chosen if not any(n.startswith(f"{other}.") for other in chosen)]
 
 
 def supports_logits_to_keep(model: torch.nn.Module) -> bool:
