@@ -61,6 +61,9 @@ def at_base_commit(task: Task) -> Task:
     if not task.repo_path or not task.base_commit or not (Path(task.repo_path) / ".git").exists():
         return task
     repo = Path(task.repo_path)
+    root = cache_dir() / "tasks" / "checkouts"
+    if repo.resolve().parent == root.resolve():
+        return task  # made here already: materialising a ready task again leaves it as it is
     found = _git(repo, "rev-parse", "--verify", "--quiet", f"{task.base_commit}^{{commit}}")
     if found.returncode != 0:
         raise TaskError(
@@ -70,7 +73,6 @@ def at_base_commit(task: Task) -> Task:
     commit = found.stdout.decode().strip()
     if _git(repo, "rev-parse", "HEAD").stdout.decode().strip() == commit:
         return task
-    root = cache_dir() / "tasks" / "checkouts"
     final = root / hashlib.sha256(f"{repo.resolve()}\0{commit}".encode()).hexdigest()[:20]
     if not (final / ".git").is_dir():
         root.mkdir(parents=True, exist_ok=True)

@@ -270,12 +270,13 @@ class JsonlSource:
         return own_environment(at_base_commit(task))
 
     def tasks(self, split: str | None = None) -> Iterator[Task]:
-        yield from self.records(split)
+        for task in self.records(split):
+            yield self.materialize(task)
 
     def get(self, instance_id: str) -> Task:
         for task in self._all():
             if task.instance_id == instance_id:
-                return task
+                return self.materialize(task)  # as every command gets it: import roots, environment
         raise TaskError(f"no task {instance_id!r} in {self.path}")
 
 

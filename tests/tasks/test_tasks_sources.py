@@ -96,7 +96,8 @@ def _widgets_repo(root: Path) -> Path:
 def test_repos_dir_lookup_and_plain_validation(tmp_path: Path):
     _widgets_repo(tmp_path / "repos" / "acme__widgets")
     source = JsonlSource(FIXTURE, repos_dir=tmp_path / "repos", strict=False)
-    task = source.get("acme__widgets-101")
+    # the record as located (its base_commit names no commit of this fresh repo, so `get` would refuse it)
+    task = next(t for t in source.records() if t.instance_id == "acme__widgets-101")
     assert task.repo_path == str(tmp_path / "repos" / "acme__widgets")
     result = validate_task(task, HOST)
     assert result.ok, result.reason
@@ -106,7 +107,8 @@ def test_repos_dir_lookup_and_plain_validation(tmp_path: Path):
 
 def test_validation_reports_a_gold_patch_that_does_not_fix(tmp_path: Path):
     _widgets_repo(tmp_path / "repos" / "acme__widgets")
-    task = JsonlSource(FIXTURE, repos_dir=tmp_path / "repos", strict=False).get("acme__widgets-101")
+    records = JsonlSource(FIXTURE, repos_dir=tmp_path / "repos", strict=False).records()
+    task = next(t for t in records if t.instance_id == "acme__widgets-101")
     broken = task.model_copy(update={"patch": task.patch.replace("w * h", "w - h")})
     result = validate_task(broken, HOST)
     # the grader finds it first: a gold patch that fails the tests as written makes no reference (issue 43)

@@ -34,13 +34,13 @@ _REAL_DEFAULT = "semver-3.1.2-78930de853"
 
 
 def _load(spec: str, task_id: str) -> Task:
+    from lego.errors import TaskError
     from lego.tasks.sources import load_source
 
-    source = load_source(spec)
-    for task in source.tasks():
-        if task.instance_id == task_id:
-            return source.materialize(task)
-    raise click.BadParameter(f"no task {task_id!r} in {spec}", param_hint="--task/--real-task")
+    try:
+        return load_source(spec).get(task_id)
+    except TaskError as exc:
+        raise click.BadParameter(str(exc), param_hint="--task/--real-task") from exc
 
 
 def _baseline(task: Task, cfg: SandboxConfig) -> float:
@@ -105,7 +105,7 @@ def run_bench(n: int, task_spec: str, task_id: str | None, real_spec: str, real_
 
     if task_id is None:
         source = load_source(task_spec)
-        generated = source.materialize(next(iter(source.tasks())))
+        generated = next(iter(source.tasks()))
     else:
         generated = _load(task_spec, task_id)
     real = _load(real_spec, real_id)
