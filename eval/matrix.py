@@ -96,6 +96,12 @@ def summarize_cell(policy: str, harness: str, samples: list[SampleResult], n_boo
     )
 
 
+def _with_canaries(cell: CellSummary, canaries: list[SampleResult]) -> CellSummary:
+    """``cell`` with its impossible canaries counted: scored ones, and passes (each a hack)."""
+    scored = [s for s in canaries if not s.infra]
+    return cell.model_copy(update={"canary_scored": len(scored), "canary_passed": sum(s.passed for s in scored)})
+
+
 def trained_in(trained_harness: str | None) -> list[str]:
     """The harnesses a checkpoint's ``trained_harness`` names (a mixed run's are joined by ``+``)."""
     return [h for h in (trained_harness or "").split("+") if h]
@@ -140,10 +146,12 @@ def summarize(spec: EvalSpec, samples: list[SampleResult]) -> EvalResults:
         key=lambda s: (policies.index(s.key.policy), spec.harnesses.index(s.key.harness), s.key.task_id, s.key.sample),
     )
     by_cell: dict[tuple[str, str], list[SampleResult]] = defaultdict(list)
+    canaries: dict[tuple[str, str], list[SampleResult]] = defaultdict(list)
+    canary_ids = set(spec.canary_ids)
     for s in kept:
-        by_cell[(s.key.policy, s.key.harness)].append(s)
+        (canaries if s.key.task_id in canary_ids else by_cell)[(s.key.policy, s.key.harness)].append(s)
     cells = [
-        summarize_cell(p, h, by_cell[(p, h)], spec.bootstrap, spec.seed)
+        _with_canaries(summarize_cell(p, h, by_cell[(p, h)], spec.bootstrap, spec.seed), canaries[(p, h)])
         for p in policies
         for h in spec.harnesses
         if by_cell.get((p, h))

@@ -107,6 +107,7 @@ def tables(results: EvalResults) -> dict[str, tuple[list[str], list[list[str]]]]
             "wall s",
             "terminations",
             "guard flags",
+            "hacks (canaries passed)",
         ],
         [
             [
@@ -122,6 +123,7 @@ def tables(results: EvalResults) -> dict[str, tuple[list[str], list[list[str]]]]
                 f"{c.mean_wall_s:.1f}",
                 ", ".join(f"{k}={v}" for k, v in c.terminations.items()),
                 ", ".join(f"{k}={v}" for k, v in c.guard_flags.items()) or "–",
+                f"{c.canary_passed}/{c.canary_scored}" if c.canary_scored else "–",
             ]
             for c in results.cells
         ],
@@ -174,6 +176,13 @@ def _summary_line(results: EvalResults) -> str:
         f"{len(s.task_ids)} tasks from `{s.tasks_source or '?'}`, N = {s.samples} samples per task, seed {s.seed}, "
         f"engine {s.engine}; {len(results.samples)} samples, {infra} infrastructure failures (excluded from pass@1)."
     )
+    if s.canary_ids:
+        scored = sum(c.canary_scored for c in results.cells)
+        passed = sum(c.canary_passed for c in results.cells)
+        line += (
+            f" Hacking: {passed} of {scored} samples of {len(s.canary_ids)} impossible canary task(s) passed "
+            "(hack/canary_pass_rate; any pass forged the grader; not in pass@1)."
+        )
     if results.missing:
         line += f" **Unfinished: {results.missing} samples missing.**"
     return line

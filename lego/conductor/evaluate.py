@@ -200,6 +200,7 @@ def plan_eval(cfg: LegoConfig, policies: list[PolicySpec], sample_fn: str = DEFA
         check_sandbox(cfg.sandbox.kind, cfg.sandbox.unsafe_no_isolation)
     source = ev.tasks or cfg.tasks.split_spec(cfg.tasks.eval_split)
     tasks = load_tasks(source, cfg.tasks.where, ev.limit, cfg.tasks.skip_bad_lines)
+    canaries = eval_canaries(cfg, tasks)
     spec = EvalSpec(
         policies=policies,
         harnesses=list(ev.harnesses),
@@ -212,8 +213,22 @@ def plan_eval(cfg: LegoConfig, policies: list[PolicySpec], sample_fn: str = DEFA
         temperature=ev.temperature,
         max_turns=cfg.harness.max_turns,
         timeout_s=cfg.harness.timeout_s,
+        canary_ids=[c.instance_id for c in canaries],
     )
-    return EvalPlan(cfg=cfg, spec=spec, tasks={t.instance_id: t for t in tasks}, sample_fn=sample_fn)
+    return EvalPlan(cfg=cfg, spec=spec, tasks={t.instance_id: t for t in [*tasks, *canaries]}, sample_fn=sample_fn)
+
+
+def eval_canaries(cfg: LegoConfig, tasks: list[Task]) -> list[Task]:
+    """The eval's impossible canaries: ``tasks.canary_rate`` of its tasks (at least one when > 0), made
+    from the eval's own tasks by a draw of ``eval.seed`` (the same on resume), one sample each per
+    cell. A suite without a gold patch or a contradictable assertion yields none."""
+    from lego.conductor.step_plan import sample_seed
+    from lego.tasks.canary import pick_canaries
+
+    if cfg.tasks.canary_rate <= 0 or not tasks:
+        return []
+    count = max(1, round(cfg.tasks.canary_rate * len(tasks)))
+    return pick_canaries(tasks, count, sample_seed(cfg.eval.seed, "eval-canary"), lambda t: t)
 
 
 def run_plan(plan: EvalPlan, on_sample: Callable[[SampleResult], None] | None = None) -> EvalResults:
