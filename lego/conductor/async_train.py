@@ -21,6 +21,8 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from functools import partial
 from typing import Any
 
@@ -28,7 +30,7 @@ from lego.conductor.async_rollouts import CompletedGroup, GroupLedger, GroupPlan
 from lego.conductor.drive import RolloutOptions
 from lego.conductor.rollout import crashed_trajectory
 from lego.conductor.step_close import StepCloser
-from lego.conductor.step_plan import enough_evidence, sample_seed, step_harnesses, step_tasks
+from lego.conductor.step_plan import canary_jobs, enough_evidence, sample_seed, step_harnesses, step_tasks
 from lego.config import LegoConfig
 from lego.seams import TaskSource
 from lego.types import Task, Trajectory
@@ -113,12 +115,18 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
         ledger=ledger,
         on_done=done,
     )
+    # the update's impossible canaries (tasks.canary_rate) run beside the producer's groups, from the
+    # moment the update starts waiting for its batch; the update waits for them too (measured, never trained)
+    canary_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lego-canary")
     producer.start()
     t_prev = time.monotonic()
     try:
         for step in range(trainer.step_count, cfg.training.steps):
             t0 = time.monotonic()
             shutil.rmtree(closer.run.trajectories(step + 1), ignore_errors=True)  # a step killed midway is redone
+            canaries: list[Future[Trajectory]] = [
+                canary_pool.submit(safe, *job) for job in canary_jobs(cfg, tasks, source, step)
+            ]
             fresh: list[CompletedGroup] = []
             dropped = 0
             in_flight = 0
@@ -138,7 +146,9 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
             # the batch's tokens were sampled since the previous update ended (and before): the time its
             # rollouts had, not the wait, is what perf/rollout_s and the tokens/s rate are over
             t_roll = time.monotonic() - t_prev
-            trajs = [t for grp in fresh for t in grp.trajectories]
+            while canaries and wait_futures(canaries, timeout=TAKE_SLICE_S).not_done:
+                pass  # in slices, so Ctrl-C lands at once
+            trajs = [t for grp in fresh for t in grp.trajectories] + [c.result() for c in canaries]
             extra: dict[str, float] = {
                 "async/dropped_groups": float(dropped),
                 "async/wait_s": wait_s,
@@ -157,3 +167,4 @@ def train_async(closer: StepCloser, tasks: Sequence[Task], source: TaskSource, l
             t_prev = time.monotonic()
     finally:
         producer.stop()
+        canary_pool.shutdown(wait=False, cancel_futures=True)

@@ -61,18 +61,16 @@ from lego.conductor.rollout import RolloutOptions, RolloutRunner, ServedPolicy
 from lego.conductor.run_dir import RunDir, open_run_dir, reconcile_metrics
 from lego.conductor.step_close import StepCloser, infra_only
 from lego.conductor.step_plan import (
+    canary_jobs,
     enough_evidence,
     sample_seed,
     step_harnesses,
     step_tasks,
     trained_harness,
-    training_harnesses,
 )
 from lego.config import LegoConfig
 from lego.errors import RankFailedError, TaskError
 from lego.io import DirLock
-from lego.seams import TaskSource
-from lego.tasks.canary import pick_canaries
 from lego.tasks.sources import load_tasks, pick_tasks
 from lego.training import distributed as dist_utils
 from lego.training.ranks import StepChannel, follow
@@ -104,7 +102,7 @@ def _rollouts(
     tasks: Sequence[Task],
     step: int,
     console: Console,
-    canaries: Sequence[Task] = (),
+    canaries: Sequence[tuple[Task, str, RolloutOptions]] = (),
 ) -> list[Trajectory]:
     """B × G rollouts with a progress bar, then one rollout of each canary (:mod:`lego.tasks.canary`,
     never trained on); infrastructure failures retried ``training.retry_infra`` times.
@@ -127,16 +125,7 @@ def _rollouts(
                 timeout_s=cfg.harness.timeout_s,
             )
             jobs.append((task, harness, opts))
-    for ci, canary in enumerate(canaries):
-        opts = RolloutOptions(
-            override_sampling=cfg.training.sampling_override,
-            temperature=cfg.algorithm.temperature,
-            seed=sample_seed(cfg.training.seed, step, "canary", ci),
-            max_turns=cfg.harness.max_turns,
-            timeout_s=cfg.harness.timeout_s,
-        )
-        harnesses = training_harnesses(cfg)  # a mixed run's canaries take its harnesses in turn
-        jobs.append((canary, harnesses[ci % len(harnesses)], opts))
+    jobs += canaries
     with Progress(
         TextColumn(f"step {step + 1} rollouts"),
         BarColumn(),
@@ -176,15 +165,6 @@ def _rollouts(
             bar.update(tid, total=total)
 
         return retry_infra(run, jobs, cfg.training.retry_infra, on_retry=grow)
-
-
-def _step_canaries(cfg: LegoConfig, tasks: Sequence[Task], source: TaskSource, step: int) -> list[Task]:
-    """The step's impossible canaries: ``tasks.canary_rate`` of its rollouts (at least one when > 0), each
-    made from a task of the split drawn by the step's seed (the same on resume)."""
-    if cfg.tasks.canary_rate <= 0:
-        return []
-    count = max(1, round(cfg.tasks.canary_rate * cfg.training.tasks_per_step * cfg.algorithm.group_size))
-    return pick_canaries(tasks, count, sample_seed(cfg.training.seed, "canary", step), source.materialize)
 
 
 def retry_infra(
@@ -401,7 +381,7 @@ def _drive(
                         "prints each task's share); lower tasks.min_behavioural_evidence, or 0 to keep every task"
                     )
                 ready_tasks = [source.materialize(t) for t in picked]
-                canaries = _step_canaries(cfg, tasks, source, step)
+                canaries = canary_jobs(cfg, tasks, source, step)
                 in_rollouts = True
                 trajs = _wait_interruptibly(partial(_rollouts, runner, cfg, ready_tasks, step, console, canaries))
                 in_rollouts = False

@@ -7,12 +7,24 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from lego.config import LegoConfig
 from lego.seams import TaskSource
 from lego.types import Task
 
-__all__ = ["enough_evidence", "sample_seed", "step_harnesses", "step_tasks", "trained_harness", "training_harnesses"]
+if TYPE_CHECKING:
+    from lego.conductor.drive import RolloutOptions
+
+__all__ = [
+    "canary_jobs",
+    "enough_evidence",
+    "sample_seed",
+    "step_harnesses",
+    "step_tasks",
+    "trained_harness",
+    "training_harnesses",
+]
 
 
 def sample_seed(*parts: object) -> int:
@@ -99,3 +111,34 @@ def enough_evidence(cfg: LegoConfig, source: TaskSource) -> Callable[[Task], boo
         return known[task.instance_id]
 
     return usable
+
+
+def canary_jobs(
+    cfg: LegoConfig, tasks: Sequence[Task], source: TaskSource, step: int
+) -> list[tuple[Task, str, RolloutOptions]]:
+    """The step's impossible canaries (:mod:`lego.tasks.canary`), one rollout each: ``tasks.canary_rate``
+    of the step's rollouts (at least one when > 0), made from tasks of the split drawn by the step's
+    seed (the same on resume); a mixed run's canaries take its harnesses in turn. Both loops run them
+    beside the step's groups and never train on them."""
+    from lego.conductor.drive import RolloutOptions
+    from lego.tasks.canary import pick_canaries
+
+    if cfg.tasks.canary_rate <= 0:
+        return []
+    count = max(1, round(cfg.tasks.canary_rate * cfg.training.tasks_per_step * cfg.algorithm.group_size))
+    canaries = pick_canaries(tasks, count, sample_seed(cfg.training.seed, "canary", step), source.materialize)
+    harnesses = training_harnesses(cfg)
+    return [
+        (
+            canary,
+            harnesses[ci % len(harnesses)],
+            RolloutOptions(
+                override_sampling=cfg.training.sampling_override,
+                temperature=cfg.algorithm.temperature,
+                seed=sample_seed(cfg.training.seed, step, "canary", ci),
+                max_turns=cfg.harness.max_turns,
+                timeout_s=cfg.harness.timeout_s,
+            ),
+        )
+        for ci, canary in enumerate(canaries)
+    ]

@@ -40,15 +40,20 @@ def _trained_groups(out: Path) -> list[tuple[str, object]]:
     keys = []
     for f in sorted((out / "trajectories").rglob("*.json")):
         t = json.loads(f.read_text())
+        if t["task_id"].startswith("canary-"):  # an impossible canary: measured, never trained
+            continue
         keys.append((t["task_id"], t["metadata"].get("seed")))
     return keys
 
 
 def test_an_async_run_trains_on_rollouts_it_never_waited_for(tasks: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
-    cfg = load_config(None, _overrides(tasks, tiny_model_dir, tmp_path / "run", steps=3))
+    # with one impossible canary an update, run beside the producer's groups and never trained on
+    cfg = load_config(None, [*_overrides(tasks, tiny_model_dir, tmp_path / "run", steps=3), "tasks.canary_rate=0.5"])
     run = train(cfg)
     lines = read_jsonl(run.metrics)
     assert [ln["step"] for ln in lines] == [1, 2, 3]
+    assert all(ln["metrics"]["hack/canary_rollouts"] == 1.0 for ln in lines)
+    assert all(ln["metrics"]["hack/canary_pass_rate"] == 0.0 for ln in lines)
     assert [ln["metrics"]["policy/version"] for ln in lines] == [1.0, 2.0, 3.0]
     for ln in lines:
         m = ln["metrics"]
