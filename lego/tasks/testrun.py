@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SuiteResult", "copy_tree", "parse_junit", "run_pytest"]
+__all__ = ["SuiteResult", "copy_tree", "parse_junit", "run_pytest", "suite_env"]
 
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".git")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
@@ -116,6 +116,18 @@ def parse_junit(xml_text: str, scrub: str = "") -> SuiteResult:
     return result
 
 
+def suite_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a suite runs in when a task is made: the one the grader's sandbox gives its test
+    runs (:func:`lego.sandboxes.processes.agent_env`: ``TERM=dumb``, ``LANG=C.UTF-8``, a fresh ``HOME``,
+    no ``TZ``, ``COLUMNS``, ``CI``, ``NO_COLOR`` or ``PYTEST_*`` of the host's), with the host's PATH so
+    the environment's interpreter is found. A suite whose colour, locale or width tests passed under the
+    host's terminal at make time would otherwise fail every grade."""
+    from lego.sandboxes.processes import agent_env
+
+    base = agent_env(os.environ.get("PATH", os.defpath), str(home), None, None)
+    return {**base, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", **(extra or {})}
+
+
 def run_pytest(
     repo: Path,
     test_ids: list[str] | None = None,
@@ -147,9 +159,9 @@ def run_pytest(
             *args,
             *(test_ids or []),
         ]
-        run_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        run_env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
-        run_env.update(env or {})
+        home = Path(report_dir) / "home"
+        home.mkdir()
+        run_env = suite_env(home, env)
         proc = subprocess.Popen(
             cmd,
             cwd=repo,
