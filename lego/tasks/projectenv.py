@@ -32,6 +32,7 @@ from lego.tasks.environments import resolve_environment_build
 from lego.tasks.realrepo import ProjectLayout
 from lego.tasks.testdeps import declared_requirements, suite_requirements
 from lego.tasks.testrun import copy_tree
+from lego.tasks.venvs import find_interpreter, interpreter_info
 from lego.types import TaskEnvironment
 
 __all__ = ["ALWAYS", "ResolvedEnvironment", "pytest_plugins", "resolve_environment"]
@@ -95,7 +96,9 @@ def resolve_environment(
     ``extras`` replaces the detected test extras when given; ``add`` are more requirement lines;
     ``drop`` names requirements never installed (tooling the suite does not need, or cannot build).
     """
-    found = suite_requirements(layout.root, project)
+    version, _ = interpreter_info(str(find_interpreter(python)))
+    major, minor = (int(x) for x in version.split(".")[:2])
+    found = suite_requirements(layout.root, project, (major, minor))
     chosen_extras = found.extras if extras is None else list(extras)
     dropped = {canonicalize_name(d) for d in drop}
     lines = [r for r in [*found.requirements, *add] if _name(r) not in dropped]

@@ -29,7 +29,14 @@ from packaging.utils import canonicalize_name
 
 from lego.tasks.realrepo import read_pyproject
 
-__all__ = ["SuiteRequirements", "declared_requirements", "pytest_addopts", "suite_requirements"]
+__all__ = [
+    "SuiteRequirements",
+    "declared_requirements",
+    "for_python",
+    "pytest_addopts",
+    "python_tag",
+    "suite_requirements",
+]
 
 _TEST_EXTRAS = ("test", "tests", "testing")
 _TOOLING = {
@@ -241,8 +248,39 @@ def declared_requirements(root: Path, extras: list[str]) -> list[str] | None:
     return out
 
 
-def suite_requirements(root: Path, project: str) -> SuiteRequirements:
-    """The suite's own dependencies, read from the project's files (see the module docstring)."""
+_PY_TAG = re.compile(r"(?:^|[-_.])(?:py|python|cp)?-?(\d)[._]?(\d{1,2})(?=[-_.]|$)")
+
+
+def python_tag(name: str) -> tuple[int, int] | None:
+    """The Python version a requirements file's name pins it to (``requirements-test-py311.txt``,
+    ``test-requirements-3.9.txt``, ``requirements/tests_py3.12.txt``), or None."""
+    stem = name.rsplit("/", 1)[-1].removesuffix(".txt").removesuffix(".in")
+    found = _PY_TAG.findall(stem)
+    if not found:
+        return None
+    major, minor = found[-1]
+    return (int(major), int(minor)) if major == "3" else None
+
+
+def for_python(files: list[Path], python: tuple[int, int] | None) -> list[Path]:
+    """The requirement files to install for ``python`` (major, minor): every file without a version in
+    its name, and of the per-Python ones the one for ``python``, else the newest below it, else the
+    oldest (never several: each pins the same packages for its own Python, so merging them gives pip
+    an unsatisfiable set)."""
+    tagged = {f: python_tag(f.name) for f in files}
+    plain = [f for f in files if tagged[f] is None]
+    versions = sorted({t for t in tagged.values() if t is not None})
+    if not versions:
+        return plain
+    target = python or versions[-1]
+    below = [v for v in versions if v <= target]
+    chosen = below[-1] if below else versions[0]
+    return plain + [f for f in files if tagged[f] == chosen]
+
+
+def suite_requirements(root: Path, project: str, python: tuple[int, int] | None = None) -> SuiteRequirements:
+    """The suite's own dependencies, read from the project's files (see the module docstring);
+    ``python`` (major, minor) picks among per-Python pinned requirement files (:func:`for_python`)."""
     found = SuiteRequirements()
     declared = _extras(root)
     test_extras = _pick(declared)
@@ -257,15 +295,18 @@ def suite_requirements(root: Path, project: str) -> SuiteRequirements:
     for where, lines in _tool_groups(pyproject).items():
         found.requirements += [line for line in lines if _parses(line)]
         found.sources.append(where)
-    files = sorted(
-        {
-            *root.glob("requirements-test*.txt"),
-            *root.glob("requirements_test*.txt"),
-            *root.glob("test-requirements*.txt"),
-            *root.glob("suite_requirements*.txt"),
-            *root.glob("requirements/test*.txt"),
-            *root.glob("tests/requirements*.txt"),
-        }
+    files = for_python(
+        sorted(
+            {
+                *root.glob("requirements-test*.txt"),
+                *root.glob("requirements_test*.txt"),
+                *root.glob("test-requirements*.txt"),
+                *root.glob("suite_requirements*.txt"),
+                *root.glob("requirements/test*.txt"),
+                *root.glob("tests/requirements*.txt"),
+            }
+        ),
+        python,
     )
     for path in files:
         found.requirements += _requirement_lines(path)

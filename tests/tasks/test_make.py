@@ -165,3 +165,10 @@ def test_a_shipped_project_rebuilds_to_its_manifest_lines(
     assert set(rebuilt) == set(shipped)
     for instance_id, task in shipped.items():
         assert rebuilt[instance_id].model_dump() == task.model_dump()
+
+
+def test_one_project_without_heldout_says_there_is_no_heldout_split(tmp_path: Path) -> None:
+    """Said before any compute (the project here cannot even be fetched: the run ends at once, exit 1)."""
+    result = CliRunner().invoke(tasks_group, ["make", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "no held-out split" in " ".join(result.output.split())

@@ -147,6 +147,13 @@ def make_cmd(
                 specs = lock_environments(specs, MANIFEST_PATH)
         else:
             specs = assign_splits([ProjectSpec(source=s) for s in sources], list(heldout), seed or 0)
+            if all(s.split == "train" for s in specs):
+                _err.print(
+                    "note: one project and no --heldout: every task goes to the train split and there is no "
+                    "held-out split (tasks are split by project, so held-out tasks come from projects never "
+                    "trained on); give two or more projects, or --heldout NAME",
+                    highlight=False,
+                )
         options = MakeOptions.model_validate(
             {
                 **{k: v for k, v in settings.items() if k in MakeOptions.model_fields},
