@@ -26,3 +26,30 @@ def test_a_task_without_enough_evidence_is_passed_over_for_the_next_of_the_walk(
     assert len(kept) == 2 and not weak & {t.instance_id for t in kept}
     assert [t.instance_id for t in kept] == [i for i in plain if i not in weak][:2]
     assert step_tasks(tasks, 0, 2, seed=3, usable=lambda t: False) == []  # nothing usable: an empty step, not a hang
+
+
+def test_a_mixed_runs_canaries_take_its_harnesses_in_turn_and_the_same_on_resume() -> None:
+    """``tasks.canary_rate`` of the step's B × G rollouts (at least one), drawn by the step's seed; a mixed
+    run's canaries go to each of its harnesses in turn (never the joined name of the run)."""
+    from lego.conductor.step_plan import canary_jobs
+    from lego.config import load_config
+    from lego.tasks.sources import load_source
+
+    source = load_source("boundary:train")
+    records = source.records()[:6]
+    cfg = load_config(
+        None,
+        [
+            "tasks.canary_rate=0.5",
+            "training.tasks_per_step=3",
+            "algorithm.group_size=2",
+            "harness.weights={lego-agent = 1.0, aider = 1.0, mini-swe-agent = 1.0}",
+        ],
+    )
+    jobs = canary_jobs(cfg, records, source, step=4)
+    assert len(jobs) == 3  # half of 3 × 2
+    assert sorted(h for _, h, _ in jobs) == ["aider", "lego-agent", "mini-swe-agent"]
+    assert all(t.instance_id.startswith("canary-") and t.metadata["canary"] for t, _, _ in jobs)
+    again = canary_jobs(cfg, records, source, step=4)
+    assert [(t.instance_id, h, o.seed) for t, h, o in again] == [(t.instance_id, h, o.seed) for t, h, o in jobs]
+    assert canary_jobs(load_config(None, ["tasks.canary_rate=0"]), records, source, step=4) == []
