@@ -1,6 +1,6 @@
 """The graded pytest run's entry point: runs inside a grading sandbox, started by the supervisor.
 
-Not imported by lego: the supervisor runs it as ``python -I -B -c <this file> FD CONFIG_FD [pytest
+Not imported by lego: the supervisor runs it as ``python -s -B -c <this file> FD CONFIG_FD [pytest
 args...]`` with the task's own interpreter, which may be as old as Python 3.6 (SWE-bench images), so
 this file uses nothing newer. ``CONFIG`` arrives on the pipe ``CONFIG_FD`` the supervisor feeds (one
 argument holds at most 128 KiB). It is JSON: ``repo``, ``roots`` (repo-relative import roots),
@@ -8,8 +8,9 @@ argument holds at most 128 KiB). It is JSON: ``repo``, ``roots`` (repo-relative 
 ``meta`` (the project's own dist-info files, :mod:`lego.sandboxes.project_meta`, or null).
 What it does, in order:
 
-1. puts the repo's import roots FIRST on ``sys.path`` (``-I`` dropped the working directory and every
-   ``PYTHON*`` variable), so the repo under test is the code under test even when the environment
+1. puts the repo's import roots FIRST on ``sys.path`` and drops the working directory from it, then
+   enters the repo (the supervisor starts it in ``/`` and passes no ``PYTHON*`` variable but
+   ``PYTHONHASHSEED=0`` and ``PYTHONDONTWRITEBYTECODE``: nothing of the repo runs before this), so the repo under test is the code under test even when the environment
    also has an installed copy of the project (pluggy, packaging, pytest itself) — as on a
    developer's machine with an editable install; writes ``meta`` into a fresh folder put LAST on
    ``sys.path`` (the project's metadata, as that install also gives); then runs ``prelude`` (Hypothesis' settings for
@@ -67,6 +68,7 @@ def _emit(record):
 _emit({"k": "hello", "python": sys.version.split()[0]})
 _roots = [os.path.normpath(os.path.join(_REPO, r)) for r in _CONFIG.get("roots") or ["."]]
 sys.path[:] = _roots + [p for p in sys.path if p and os.path.realpath(p) not in _roots]
+os.chdir(_REPO)  # started in "/" (the supervisor): nothing of the repo was importable before this line
 for _var in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
     os.environ.pop(_var, None)
 if _CONFIG.get("meta"):  # the project's own dist-info (lego.sandboxes.project_meta), LAST: it shadows nothing

@@ -173,9 +173,12 @@ def main():
             report.update(status="agent_patch_failed", error=err)
         else:
             report["status"] = "ran"
-            env = dict(os.environ)
+            # the test run gets no PYTHON* variable but the grader's (it runs without -E: PYTHONHASHSEED)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
             env.update(plan["env"])
-            report.update(_run_child(plan["argv"], env, repo, float(plan["timeout"])))
+            # started in "/", not the repo: the run has no -I, so its sys.path begins with its working
+            # directory until the bootstrap has set it (an agent's json.py there would run first)
+            report.update(_run_child(plan["argv"], env, "/", float(plan["timeout"])))
     sys.stdout.write(json.dumps(report))
     sys.stdout.flush()
 

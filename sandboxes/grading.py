@@ -184,7 +184,11 @@ def _argv(
     # --tb=line: half the expected tests fail on purpose in each run, and long tracebacks of them cost
     # more than the run itself (455 tests of a real suite: 11.6 s -> 3.5 s)
     opts = ["-p", "no:cacheprovider", f"--rootdir={sb.repo_dir}", f"--confcutdir={sb.repo_dir}", "-q", "--tb=line"]
-    return [python, "-I", "-B", "-c", bootstrap, json.dumps(config), *opts, *plugins, *extra, *files]
+    # not -I: it would ignore PYTHONHASHSEED, and every run would order a set of strings its own way (a
+    # parametrize table that is a set collects its rows in another order in each run). -s is the part
+    # of -I kept: the supervisor gives the run no PYTHON* variable but the grader's own, and the
+    # bootstrap drops the working directory from sys.path itself.
+    return [python, "-s", "-B", "-c", bootstrap, json.dumps(config), *opts, *plugins, *extra, *files]
 
 
 def _run(

@@ -83,3 +83,79 @@ def test_only_the_expected_rows_of_a_large_table_run(tmp_path: Path) -> None:
     assert gold.reward == 1.0 and gold.behavioural == 2, gold.log
     assert gold.log.count("2 passed") == 2 and "3000 passed" not in gold.log  # as written and blind
     assert grade(task, "").reward == 0.0
+
+
+SET_TABLE = """\
+import os
+import sys
+from datetime import date
+
+import pytest
+
+from shapes import add
+
+CASES = {
+    (1, "one", date(2001, 1, 1)), (2, "two", date(2002, 2, 2)), (3, "three", date(2003, 3, 3)),
+    (4, "four", date(2004, 4, 4)), (5, "five", date(2005, 5, 5)), (6, "six", date(2006, 6, 6)),
+    (7, "seven", date(2007, 7, 7)), (8, "eight", date(2008, 8, 8)), (9, "nine", date(2009, 9, 9)),
+}
+
+
+def test_sum():
+    assert add(2, 3) == 5
+
+
+def test_one_hash_seed():
+    assert os.environ.get("PYTHONHASHSEED") == "0" and not sys.flags.hash_randomization
+
+
+@pytest.mark.parametrize("n, word, day", CASES)
+def test_rows(n, word, day):
+    assert add(n, 0) == n
+    assert day.year == 2000 + n
+"""
+
+
+def test_a_set_table_collects_in_one_order_in_every_run(tmp_path: Path) -> None:
+    """isodate's parametrize tables are sets of tuples of strings: their rows, and ids made from the
+    iteration index (``day3``), come out in the order of the run's string hash seed. Every graded run
+    has the same seed (PYTHONHASHSEED reaches the test process), so the gold patch's runs and the
+    agent's line up; with a seed per run (``python -I`` dropped the variable) the gold patch scored 0
+    now and then: a row "missing" from the blind copy."""
+    import os
+    import subprocess
+    import sys
+
+    from lego.sandboxes.grading import forget_reference
+
+    repo = _shapes(tmp_path / "repo")
+    fixed = tmp_path / "fixed"
+    commit_tree(
+        fixed,
+        {
+            "shapes/__init__.py": "def add(a, b):\n    return a + b\n",
+            "tests/__init__.py": "",
+            "tests/test_set.py": SET_TABLE,
+        },
+    )
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_set.py"],
+        cwd=fixed, env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = [line for line in listed.stdout.splitlines() if "::test_rows[" in line]
+    assert len(rows) == 9 and any("day" in r for r in rows)
+    task = Task(
+        instance_id="set-table",
+        repo="t/shapes",
+        problem_statement="add subtracts",
+        patch=_patch(repo, "shapes/__init__.py", "def add(a, b):\n    return a + b\n"),
+        test_patch=_patch(repo, "tests/test_set.py", SET_TABLE),
+        FAIL_TO_PASS=["tests/test_set.py::test_sum", "tests/test_set.py::test_one_hash_seed"],
+        PASS_TO_PASS=rows,
+        repo_path=str(repo),
+    )
+    for _ in range(3):  # each time a fresh reference (three runs) and the gold patch's two
+        forget_reference(task)
+        gold = grade(task, task.patch)
+        assert gold.reward == 1.0 and not gold.tampered, gold.log[-3000:]
+    assert grade(task, "").reward == 0.0
