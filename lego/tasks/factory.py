@@ -335,6 +335,43 @@ def _in_order(project: Project, queue: Iterator[Mutation], base: Baseline, optio
 # -- tasks ------------------------------------------------------------------------------------
 
 
+def _pytest_major(env: TaskEnvironment) -> int | None:
+    """The major version of the pytest ``env`` pins (None when it pins none)."""
+    for line in env.requirements:
+        name, _, version = line.partition("==")
+        if canonicalize_name(name) == "pytest" and version.split(".")[0].isdigit():
+            return int(version.split(".")[0])
+    return None
+
+
+OLDEST_PYTEST = 7
+"""The oldest pytest major the factory falls back to for a suite the newest one cannot run."""
+
+
+def _older_pytest(
+    spec: ProjectSpec, project: Project, base: Baseline, options: MakeOptions, say: _PROGRESS
+) -> tuple[Project, Baseline]:
+    """A project whose suite runs under no test of the newest pytest (a conftest hook it rejects, a
+    removed API) is tried under each older major in turn, down to :data:`OLDEST_PYTEST`: the newest
+    the suite runs under is kept, pinned in its environment (so in every task made from it) and named
+    in its environment's sources. A locked environment is used as it is."""
+    major = _pytest_major(project.environment)
+    if spec.environment is not None or major is None:
+        return project, base
+    for bound in range(major, OLDEST_PYTEST, -1):
+        say(project.name, f"no test passes under pytest {bound}.x; trying pytest<{bound}")
+        older = spec.model_copy(update={"requirements": [*spec.requirements, f"pytest<{bound}"]})
+        try:
+            retry = prepare_project(older)
+        except TaskError:
+            continue
+        again = baseline(retry, older, options)
+        if again.stable:
+            retry.env_sources.append(f"pytest<{bound} (the suite does not run under pytest {bound})")
+            return retry, again
+    return project, base
+
+
 def make_project(spec: ProjectSpec, options: MakeOptions, progress: _PROGRESS | None = None) -> ProjectResult:
     """Validated tasks for one project, and why every other candidate was dropped (module docstring)."""
     say = progress or (lambda _project, _message: None)
@@ -346,6 +383,9 @@ def make_project(spec: ProjectSpec, options: MakeOptions, progress: _PROGRESS | 
         layout = project.layout
         say(project.name, f"{len(layout.source_files)} modules, {len(layout.test_files)} test files; baseline")
         base = baseline(project, spec, options)
+        if not base.stable:
+            project, base = _older_pytest(spec, project, base, options, say)
+            result.project = project
         result.stable = sorted(base.stable)
         result.unused_tests.update(base.reasons)
         if not base.stable:
