@@ -4,19 +4,25 @@ A report says what a user of the project would see: which public entry point mis
 project API the first failing test calls, as that test imports it), how (wrong result, an
 exception, no exception where one was due) and pytest's own failure message; then the other entry
 points that break the same way. It never quotes the fix (no line the gold patch adds), never the
-test source (no line of a hidden test file, not the test's name) and never the mutated function
-unless a failing test calls it.
+test source (no line of a hidden test file, not the test's name), never a value the failing tests'
+assertions compare against (:func:`expected_literals`: a line of pytest's message that shows one is
+left out, and the report itself names no count), and never the mutated function unless a failing
+test calls it. The wording varies between tasks (a few forms, picked by the task's own tests), as
+reports written by different people do.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import hashlib
 import re
+from collections.abc import Iterator, Sequence
 
 from lego import pyast
 from lego.tasks.statements import fixed_lines
 
-__all__ = ["bug_report", "entry_points"]
+__all__ = ["bug_report", "entry_points", "expected_literals", "leaked_literals"]
 
 _MAX_LINES = 10
 _MAX_LINE_CHARS = 200
@@ -101,6 +107,122 @@ def entry_points(test_source: str, test_id: str, packages: list[str]) -> list[st
     return found
 
 
+def _literal_leaves(node: ast.AST) -> Iterator[object]:
+    """The literal values in ``node``: every constant inside it, and each literal container whole."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant):
+            yield sub.value
+        elif isinstance(sub, ast.List | ast.Tuple | ast.Set | ast.Dict):
+            try:
+                yield pyast.literal_eval(sub)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+
+
+_ASSERT_CALL = re.compile(r"^(assert|fail)[A-Z_]|^assert_")
+
+
+def _compared(fn: ast.AST) -> Iterator[ast.AST]:
+    """The operands ``fn``'s assertions compare: both sides of an ``assert`` comparison (or its whole
+    test), the arguments of ``self.assertX``/``assert_x`` calls, and ``pytest.raises``' and
+    ``pytest.approx``' arguments. A call's own inputs elsewhere in the test are not compared."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assert):
+            test = node.test
+            yield from [test.left, *test.comparators] if isinstance(test, ast.Compare) else [test]
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if _ASSERT_CALL.match(name) or name in ("approx", "raises", "warns"):
+                yield from node.args
+                yield from (kw.value for kw in node.keywords)
+
+
+def _texts(value: object) -> set[str]:
+    """How a value shows in pytest's messages: a string itself (and stripped) and its repr, a number or
+    a literal container its repr; strings under two characters and empty containers are left out."""
+    if isinstance(value, str | bytes):
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        return {text, text.strip(), repr(value)} if len(text.strip()) >= 2 else set()
+    if isinstance(value, bool | int | float | complex) or value is None:
+        return {repr(value)}
+    if isinstance(value, list | tuple | set | frozenset | dict) and value:
+        return {repr(value)}
+    return set()
+
+
+def expected_literals(
+    test_sources: dict[str, str], test_ids: list[str], packages: Sequence[str] = ()
+) -> frozenset[str]:
+    """What a report must never show, as it would hand the agent the hidden tests' answers: the literal
+    values the tests ``test_ids`` compare (:func:`_compared`: a call's inputs outside an assertion are
+    not), their decorators' (parametrize rows) and the module-level or class-level tables they read by
+    name (a loop's rows), and the source text of every compared operand that does not call the project
+    (the expected side of ``assert f(x) == timedelta(days=1)``)."""
+    out: set[str] = set()
+    by_file: dict[str, list[str]] = {}
+    for test_id in test_ids:
+        by_file.setdefault(test_id.split("::")[0], []).append(test_id)
+    for path, ids in by_file.items():
+        source = test_sources.get(path, "")
+        try:
+            tree = pyast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        objects, modules = _imports(tree, set(packages))
+        project = set(objects) | set(modules)
+        bound = [
+            (node, {t.id for t in ast.walk(node) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)})
+            for scope in (tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)))
+            for node in ast.iter_child_nodes(scope)
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+        ]
+        seen: set[int] = set()
+        for test_id in ids:
+            fn = _test_node(source, test_id)
+            if fn is None or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+            tables = [node for node, names in bound if names & read]  # what a loop or parametrize row reads
+            decorators = getattr(fn, "decorator_list", [])
+            for node in (*_compared(fn), *decorators, *tables):
+                for value in _literal_leaves(node):
+                    out |= _texts(value)
+            for cmp in (n for n in ast.walk(fn) if isinstance(n, ast.Compare)):
+                for side in (cmp.left, *cmp.comparators):
+                    names = {n.id for n in ast.walk(side) if isinstance(n, ast.Name)}
+                    text = ast.get_source_segment(source, side)
+                    calls = any(isinstance(n, ast.Call) for n in ast.walk(side))
+                    if text and len(text) >= 4 and calls and not names & project:
+                        out.add(text)
+    return frozenset(out)
+
+
+_QUOTED = re.compile(r"'([^'\n]*\.\.\.[^'\n]*)'|\"([^\"\n]*\.\.\.[^\"\n]*)\"")
+
+
+@functools.lru_cache(maxsize=16)
+def _matcher(literals: frozenset[str]) -> tuple[re.Pattern[str] | None, tuple[str, ...], tuple[str, ...]]:
+    """(one regex for the word-like literals, matched as whole tokens; the other literals; the quoted
+    string literals, for pytest's elided 'abc...xyz')."""
+    words = sorted((lit for lit in literals if re.fullmatch(r"[-+]?[\w.]+", lit)), key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w.])(?:" + "|".join(map(re.escape, words)) + r")(?![\w])") if words else None
+    quoted = tuple(lit for lit in literals if len(lit) >= 2 and lit[0] == lit[-1] and lit[0] in "'\"")
+    return pattern, tuple(lit for lit in literals if lit not in set(words)), quoted
+
+
+def leaked_literals(text: str, literals: frozenset[str]) -> list[str]:
+    """The ``literals`` that appear in ``text``: a string anywhere, a number or name as a whole token."""
+    pattern, others, quoted = _matcher(frozenset(literals))
+    found = set(pattern.findall(text)) if pattern is not None else set()
+    found.update(lit for lit in others if lit in text)
+    for match in _QUOTED.finditer(text):  # pytest elides the middle of a long string: 'abc...xyz'
+        head, _, tail = (match.group(1) or match.group(2) or "").partition("...")
+        if len(head) + len(tail) >= 4:
+            found.update(lit for lit in quoted if lit[1:].startswith(head) and lit[:-1].endswith(tail))
+    return sorted(found)
+
+
 def _symptom(message: str) -> str:
     first = message.strip().splitlines()[0] if message.strip() else ""
     raised = re.match(r"^(?:Failed: )?DID NOT RAISE\s*(.*)$", first) or re.match(
@@ -120,14 +242,19 @@ def _symptom(message: str) -> str:
     return "misbehaves"
 
 
-def _clean(message: str, banned: list[str]) -> str:
-    """The message's first lines, without any line that quotes the fix or the hidden tests."""
+def _clean(message: str, banned: list[str], expected: frozenset[str]) -> str:
+    """The message's first lines, without any line that quotes the fix, the hidden tests or a value
+    they compare against."""
     kept = []
+    dropped = False  # pytest's "+  where ..." lines explain the line above: they go with it
     for line in message.strip().splitlines():
         text = line.rstrip()[:_MAX_LINE_CHARS]
         if not text.strip() or text.strip().startswith("Use -v to get"):
             continue
-        if any(b in text for b in banned):
+        if text.lstrip().startswith("+") and dropped:
+            continue
+        dropped = any(b in text for b in banned) or bool(leaked_literals(text, expected))
+        if dropped:
             continue
         kept.append(text)
     if len(kept) > _MAX_LINES:
@@ -175,13 +302,17 @@ def bug_report(
         (a for a in apis if a.split(".")[-1] == focus), apis[0] if apis else packages[0] if packages else project
     )
     raw = messages.get(primary, "")
-    message = _clean(raw, banned)
-    parts = [f"`{subject}` {_symptom(raw)}", ""]
-    parts.append(
-        f"In {project}, `{subject}` does not behave as documented any more. Running the project's test suite, "
-        f"{len(fail_to_pass)} check(s) fail; the first one reports:"
-    )
-    parts += ["", "```", message or "(pytest gave no message)", "```", ""]
+    expected = expected_literals(test_sources, fail_to_pass, packages)
+    message = _clean(raw, banned, expected)
+    form = int(hashlib.sha256(f"{project}|{primary}".encode()).hexdigest(), 16) % len(_FORMS)
+    how = "one of its checks fails" if len(fail_to_pass) == 1 else "several of its checks fail"
+    title, opening, bare, closing = _FORMS[form]
+    words = {"project": project, "api": subject, "symptom": _symptom(raw), "how": how}
+    parts = [title.format(**words), ""]
+    if message:
+        parts += [opening.format(**words), "", "```", message, "```", ""]
+    else:  # every line of pytest's message shows a value the tests compare against: none is quoted
+        parts += [bare.format(**words), ""]
     others: list[str] = []
     for test_id in ordered[1:]:
         for api in entry_points(test_sources.get(test_id.split("::")[0], ""), test_id, packages):
@@ -190,8 +321,33 @@ def bug_report(
                 others.append(label)
     if others:
         parts += ["Other entry points that misbehave as well: " + ", ".join(others[:4]) + ".", ""]
-    parts.append(f"Expected: `{subject}` and the rest of {project} work as documented, and the test suite passes.")
+    parts.append(closing.format(**words))
     text = "\n".join(parts) + "\n"
     if any(b in text for b in fixed_lines(gold_patch)):  # a fix line inside a name: say less
         return f"`{subject}` {_symptom(raw)}\n\nIn {project}, `{subject}` does not behave as documented any more.\n"
     return text
+
+
+_FORMS = (  # (title, opening before pytest's message, opening when none can be quoted, closing)
+    (
+        "`{api}` {symptom}",
+        "In {project}, `{api}` does not behave as documented any more: running the project's test suite, "
+        "{how}. The first failure reads:",
+        "In {project}, `{api}` does not behave as documented any more: running the project's test suite, {how}.",
+        "Expected: `{api}` and the rest of {project} work as documented, and the test suite passes.",
+    ),
+    (
+        "{project}: `{api}` {symptom}",
+        "Since the latest change, `{api}` gives results that disagree with its documentation. When I run "
+        "{project}'s tests, {how}; pytest reports:",
+        "Since the latest change, `{api}` gives results that disagree with its documentation: when I run "
+        "{project}'s tests, {how}.",
+        "`{api}` should behave as it did before, so that the whole suite passes again.",
+    ),
+    (
+        "Regression in `{api}`: it {symptom}",
+        "Something broke `{api}` in {project}. Its own test suite shows it ({how}), starting with:",
+        "Something broke `{api}` in {project}: its own test suite shows it ({how}).",
+        "Please restore the documented behaviour of `{api}`; the project's tests should all pass.",
+    ),
+)

@@ -196,8 +196,9 @@ _RECORD_FORMAT = 2
 def fingerprint(task: Task) -> str:
     """A hash of ``task``'s instance record as its source gives it, before materialisation: the same task
     on another machine (another cache directory) has the same fingerprint; an edited patch, test list,
-    environment or test command does not."""
-    text = task.model_dump_json(exclude={"repo_path"})
+    environment or test command does not. The bug report and hints are left out: they are what the
+    agent reads, not what is graded, so rewording a report keeps a task's verdict."""
+    text = task.model_dump_json(exclude={"repo_path", "problem_statement", "hints_text"})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -5,10 +5,11 @@ mutation kinds, and bug reports that say what broke without quoting the fix or t
 from __future__ import annotations
 
 import random
+import re
 import textwrap
 from pathlib import Path
 
-from lego.tasks.bugreport import bug_report, entry_points
+from lego.tasks.bugreport import bug_report, entry_points, expected_literals, leaked_literals
 from lego.tasks.diffs import file_diff
 from lego.tasks.mutations import find_mutations, interleave_kinds
 from lego.tasks.realrepo import inspect_layout, is_test_file
@@ -182,7 +183,12 @@ def test_a_bug_report_names_the_entry_point_and_quotes_neither_fix_nor_tests() -
     }
     report = bug_report("demo", ["pkg"], f2p, messages, tests, patch, focus="keep")
     assert report.startswith("`pkg.keep` returns a wrong result")  # a test calling the broken function
-    assert "AssertionError: [0] != [1]" in report and "2 check(s) fail" in report
+    assert "several of its checks fail" in report
+    # pytest's messages show the expected sides ([2, 4], [1]): never quoted, as they hand out the answer
+    assert "[2, 4]" not in report and "[1]" not in report and "!=" not in report
+    assert leaked_literals(report, expected_literals(tests, f2p)) == []
+    titles = {bug_report(f"demo{i}", ["pkg"], f2p, messages, tests, patch).splitlines()[0] for i in range(12)}
+    assert len({re.sub(r"demo\d+", "P", t) for t in titles}) >= 2  # not one template for every task
     assert "`pkg.core.keep` (returns a wrong result)" in report  # the other way in that breaks
     assert not any(line in report for line in fixed_lines(patch))
     assert "test_keep_evens" not in report and "test_via_module" not in report
