@@ -35,6 +35,20 @@ def _shapes(repo: Path) -> Path:
     return commit_tree(repo, {"shapes/__init__.py": "def add(a, b):\n    return a - b\n", "tests/__init__.py": ""})
 
 
+def _add_task(repo: Path, name: str, hidden: str, text: str, f2p: list[str], p2p: list[str] | None = None) -> Task:
+    """The task of ``_shapes(repo)``: fix ``add``, graded by the hidden file ``hidden`` holding ``text``."""
+    return Task(
+        instance_id=name,
+        repo=f"real/{name}",
+        problem_statement="add returns the difference",
+        patch=_patch(repo, "shapes/__init__.py", "def add(a, b):\n    return a + b\n"),
+        test_patch=_patch(repo, hidden, text),
+        repo_path=str(repo),
+        FAIL_TO_PASS=f2p,
+        PASS_TO_PASS=p2p or [],
+    )
+
+
 @pytest.mark.parametrize(
     ("ids", "stable"),
     [("str", False), ("_name", False), ("lambda v: repr(v)", False), ('["one", "two", "three"]', True)],
@@ -47,16 +61,8 @@ def test_the_blind_copy_names_rows_by_position_whatever_the_ids_were(ids: str, s
 
 def test_a_table_with_ids_made_from_its_values_is_graded(tmp_path: Path) -> None:
     repo = _shapes(tmp_path / "shapes")
-    task = Task(
-        instance_id="tableids",
-        repo="real/tableids",
-        problem_statement="add returns the difference",
-        patch=_patch(repo, "shapes/__init__.py", "def add(a, b):\n    return a + b\n"),
-        test_patch=_patch(repo, "tests/test_t.py", TABLE.format(ids="str")),
-        repo_path=str(repo),
-        FAIL_TO_PASS=[f"tests/test_t.py::test_add[{row}]" for row in ("1-2-3", "2-2-4", "0-5-5")],
-        PASS_TO_PASS=[],
-    )
+    rows = [f"tests/test_t.py::test_add[{row}]" for row in ("1-2-3", "2-2-4", "0-5-5")]
+    task = _add_task(repo, "tableids", "tests/test_t.py", TABLE.format(ids="str"), rows)
     gold = grade(task, task.patch)
     assert gold.reward == 1.0, gold.log
     assert not gold.tampered and gold.behavioural == 3
@@ -69,16 +75,8 @@ def test_only_the_expected_rows_of_a_large_table_run(tmp_path: Path) -> None:
     repo = _shapes(tmp_path / "big")
     table = "import pytest\n\nfrom shapes import add\n\nROWS = [(i, i + 1, 2 * i + 1) for i in range(3000)]\n\n\n"
     table += '@pytest.mark.parametrize("a, b, out", ROWS)\ndef test_add(a, b, out):\n    assert add(a, b) == out\n'
-    task = Task(
-        instance_id="bigtable",
-        repo="real/bigtable",
-        problem_statement="add returns the difference",
-        patch=_patch(repo, "shapes/__init__.py", "def add(a, b):\n    return a + b\n"),
-        test_patch=_patch(repo, "tests/test_t.py", table),
-        repo_path=str(repo),
-        FAIL_TO_PASS=["tests/test_t.py::test_add[7-8-15]", "tests/test_t.py::test_add[2999-3000-5999]"],
-        PASS_TO_PASS=[],
-    )
+    expected = ["tests/test_t.py::test_add[7-8-15]", "tests/test_t.py::test_add[2999-3000-5999]"]
+    task = _add_task(repo, "bigtable", "tests/test_t.py", table, expected)
     gold = grade(task, task.patch)
     assert gold.reward == 1.0 and gold.behavioural == 2, gold.log
     assert gold.log.count("2 passed") == 2 and "3000 passed" not in gold.log  # as written and blind
@@ -144,16 +142,8 @@ def test_a_set_table_collects_in_one_order_in_every_run(tmp_path: Path) -> None:
     )  # fmt: skip
     rows = [line for line in listed.stdout.splitlines() if "::test_rows[" in line]
     assert len(rows) == 9 and any("day" in r for r in rows)
-    task = Task(
-        instance_id="set-table",
-        repo="t/shapes",
-        problem_statement="add subtracts",
-        patch=_patch(repo, "shapes/__init__.py", "def add(a, b):\n    return a + b\n"),
-        test_patch=_patch(repo, "tests/test_set.py", SET_TABLE),
-        FAIL_TO_PASS=["tests/test_set.py::test_sum", "tests/test_set.py::test_one_hash_seed"],
-        PASS_TO_PASS=rows,
-        repo_path=str(repo),
-    )
+    f2p = ["tests/test_set.py::test_sum", "tests/test_set.py::test_one_hash_seed"]
+    task = _add_task(repo, "set-table", "tests/test_set.py", SET_TABLE, f2p, rows)
     for _ in range(3):  # each time a fresh reference (three runs) and the gold patch's two
         forget_reference(task)
         gold = grade(task, task.patch)
