@@ -94,5 +94,7 @@ def test_run_eval_and_validate_grade_the_task_alike(task_file: Path, tmp_path: P
         "--out", str(tmp_path / "eval"), cwd=tmp_path,
     )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    (sample,) = json.loads((tmp_path / "eval" / "results.json").read_text())["samples"]
-    assert sample["reward"] == 1.0, sample
+    samples = {s["key"]["task_id"]: s for s in json.loads((tmp_path / "eval" / "results.json").read_text())["samples"]}
+    assert samples.pop("iniconfig-strip")["reward"] == 1.0
+    (canary,) = samples.values()  # tasks.canary_rate: the task's impossible twin, which the oracle fails
+    assert canary["key"]["task_id"] == "canary-iniconfig-strip" and canary["reward"] == 0.0

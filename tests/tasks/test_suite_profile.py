@@ -84,7 +84,8 @@ def test_a_slow_property_test_is_graded_on_the_code_not_on_the_machines_speed(
 DRAWS = (
     "import os\nfrom hypothesis import given, settings, strategies as st\n\n\n"
     "@settings(max_examples=20)\n@given(st.integers(), st.lists(st.integers()))\ndef test_draws(n, s):\n"
-    "    with open(os.environ['DRAWS_LOG'], 'a') as fh:\n        fh.write(repr((n, s)) + '\\n')\n"
+    "    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'draws.log')\n"
+    "    with open(os.environ.get('DRAWS_LOG') or here, 'a') as fh:\n        fh.write(repr((n, s)) + '\\n')\n"
 )
 
 
@@ -93,11 +94,11 @@ def test_the_factory_draws_the_same_examples_every_run_and_the_projects_own_prof
 ) -> None:
     repo = commit_tree(tmp_path / "draws", {"test_draws.py": DRAWS})
     logs = []
+    log = repo / "draws.log"  # beside the test: a suite run gets none of the host's variables (made = graded)
     for run in range(2):
-        log = tmp_path / f"draws-{run}.log"
-        monkeypatch.setenv("DRAWS_LOG", str(log))
         assert run_suite(repo, env, hash_seed=run + 1).statuses == {"test_draws.py::test_draws": "passed"}
         logs.append(log.read_text())
+        log.unlink()
     assert logs[0] == logs[1] and len(logs[0].splitlines()) >= 10
 
     # without the profile the draws are fresh each run: the difference the profile removes
