@@ -208,12 +208,12 @@ def _matcher(literals: frozenset[str]) -> tuple[re.Pattern[str] | None, tuple[st
     words = sorted((lit for lit in literals if re.fullmatch(r"[-+]?[\w.]+", lit)), key=len, reverse=True)
     pattern = re.compile(r"(?<![\w.])(?:" + "|".join(map(re.escape, words)) + r")(?![\w])") if words else None
     quoted = tuple(lit for lit in literals if len(lit) >= 2 and lit[0] == lit[-1] and lit[0] in "'\"")
-    return pattern, tuple(lit for lit in literals if lit not in set(words)), quoted
+    return pattern, tuple(literals - set(words)), quoted
 
 
 def leaked_literals(text: str, literals: frozenset[str]) -> list[str]:
     """The ``literals`` that appear in ``text``: a string anywhere, a number or name as a whole token."""
-    pattern, others, quoted = _matcher(frozenset(literals))
+    pattern, others, quoted = _matcher(literals)
     found = set(pattern.findall(text)) if pattern is not None else set()
     found.update(lit for lit in others if lit in text)
     for match in _QUOTED.finditer(text):  # pytest elides the middle of a long string: 'abc...xyz'
